@@ -1,0 +1,107 @@
+"""GGUF file of the Llama architecture (e.g. SmolLM2-135M-Instruct Q4_1) → target params.
+
+Quantized tensors are dequantized with the ``gguf`` package. llama.cpp's converter permutes
+the rows of ``attn_q``/``attn_k`` (interleaved RoPE pairs); we undo it so the weights use HF's
+rotate-half layout.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax.numpy as jnp
+import numpy as np
+
+from convert.errors import CheckpointError
+from convert.params import fill_state
+from dominotree_jax.config import TargetConfig
+from dominotree_jax.model.target import target_graphdef
+
+SUPPORTED_GGUF_ARCHITECTURES = ("llama",)
+SUPPORTED_TENSOR_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+                          "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_TOP_NAMES = {"token_embd.weight": "embed_tokens.weight", "output_norm.weight": "norm.weight",
+              "output.weight": "lm_head.weight"}
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def gguf_target_config(reader) -> TargetConfig:
+    arch = _field(reader, "general.architecture")
+    if arch not in SUPPORTED_GGUF_ARCHITECTURES:
+        raise CheckpointError("gguf", other=[f"unsupported GGUF architecture {arch!r}; "
+                                             f"supported: {SUPPORTED_GGUF_ARCHITECTURES}"])
+    g = lambda k, d=None: _field(reader, f"{arch}.{k}", d)  # noqa: E731
+    hidden, heads = int(g("embedding_length")), int(g("attention.head_count"))
+    vocab = g("vocab_size") or len(reader.fields["tokenizer.ggml.tokens"].data)
+    has_output = any(t.name == "output.weight" for t in reader.tensors)
+    return TargetConfig(
+        vocab_size=int(vocab), hidden_size=hidden,
+        intermediate_size=int(g("feed_forward_length")),
+        num_hidden_layers=int(g("block_count")), num_attention_heads=heads,
+        num_key_value_heads=int(g("attention.head_count_kv", heads)),
+        head_dim=int(g("rope.dimension_count", hidden // heads)),
+        rms_norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=float(g("rope.freq_base", 10000.0)),
+        tie_word_embeddings=not has_output,
+        max_position_embeddings=int(g("context_length", 8192)),
+        architecture="LlamaForCausalLM",
+    )
+
+
+def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Inverse of llama.cpp's q/k row permutation (interleaved pairs → rotate-half halves)."""
+    rows = w.shape[0]
+    return (w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def load_gguf_target(path: str, dtype: str = "float32"):
+    """(TargetConfig, params) from a Llama-architecture GGUF file, dequantized to ``dtype``."""
+    import gguf
+
+    if not os.path.isfile(path):
+        raise CheckpointError(path, other=["file not found"])
+    reader = gguf.GGUFReader(path)
+    cfg = gguf_target_config(reader)
+    bad = [f"tensor {t.name}: unsupported quantization type {t.tensor_type.name}"
+           for t in reader.tensors if t.tensor_type.name not in SUPPORTED_TENSOR_TYPES]
+    if bad:
+        raise CheckpointError(path, other=bad)
+    tensors = {}
+    for t in reader.tensors:
+        name = _hf_name(t.name)
+        w = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        w = w.reshape(tuple(int(d) for d in reversed(t.shape)))
+        if name.endswith("self_attn.q_proj.weight"):
+            w = _unpermute(w, cfg.num_attention_heads)
+        elif name.endswith("self_attn.k_proj.weight"):
+            w = _unpermute(w, cfg.num_key_value_heads)
+        tensors[name] = w
+    _, abstract = target_graphdef(cfg, dtype)
+    return cfg, fill_state(abstract, tensors, path, jnp.dtype(dtype))
+
+
+def _hf_name(gguf_name: str) -> str:
+    if gguf_name in _TOP_NAMES:
+        return _TOP_NAMES[gguf_name]
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] in _LAYER_NAMES:
+        return f"layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{parts[3]}"
+    return gguf_name  # reported as unexpected by fill_state
+
+
+def load_gguf_tokenizer(path: str):
+    """The GGUF's own vocabulary and chat template as a transformers tokenizer."""
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)),
+                                         gguf_file=os.path.basename(path))

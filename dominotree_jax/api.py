@@ -1,0 +1,131 @@
+"""The public entry points: load a target, run a plain forward, generate autoregressively."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from dominotree_jax.config import TargetConfig
+from dominotree_jax.model.cache import KVCache
+from dominotree_jax.model.target import bind_target, causal_mask
+from dominotree_jax.spec.decode import decode
+from dominotree_jax.spec.decode_config import DecodeConfig
+
+
+@dataclasses.dataclass
+class Target:
+    """A loaded target model: static config, parameter pytree, tokenizer (or None)."""
+    config: TargetConfig
+    params: Any
+    tokenizer: Any = None
+
+    def chat_prompt(self, text: str) -> list[int]:
+        """Token ids of ``text`` as one user turn in the model's chat template."""
+        if self.tokenizer is None:
+            raise ValueError("this target was loaded without a tokenizer")
+        return list(self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True,
+            return_dict=False))
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        tok = self.tokenizer
+        ids = {tok.eos_token_id} if tok is not None and tok.eos_token_id is not None else set()
+        if tok is not None:
+            im_end = tok.convert_tokens_to_ids("<|im_end|>")
+            if isinstance(im_end, int) and im_end != tok.unk_token_id:
+                ids.add(im_end)
+        return tuple(sorted(ids))
+
+
+def load_target(path: str, *, dtype: str = "float32", tokenizer: bool = True) -> Target:
+    """Load an HF checkpoint directory or a ``.gguf`` file (Llama architecture)."""
+    path = os.fspath(path)
+    from convert.orbax_io import is_orbax_dir
+    if os.path.isdir(path) and is_orbax_dir(path):
+        return _load_orbax_target(path, tokenizer)
+    if path.endswith(".gguf"):
+        from convert.gguf import load_gguf_target
+        cfg, params = load_gguf_target(path, dtype=dtype)
+    else:
+        from convert.hf import load_hf_target
+        cfg, params = load_hf_target(path, dtype=dtype)
+    return Target(cfg, params, load_tokenizer(path) if tokenizer else None)
+
+
+def load_tokenizer(path: str):
+    """The tokenizer stored with a checkpoint (GGUF vocabulary or HF files), or None."""
+    if path.endswith(".gguf"):
+        from convert.gguf import load_gguf_tokenizer
+        return load_gguf_tokenizer(path)
+    if any(os.path.exists(os.path.join(path, f))
+           for f in ("tokenizer.json", "tokenizer_config.json")):
+        from transformers import AutoTokenizer
+        return AutoTokenizer.from_pretrained(path)
+    return None
+
+
+def _load_orbax_target(path: str, tokenizer: bool) -> Target:
+    from convert.orbax_io import read_saved_config, restore_params
+    from dominotree_jax.model.target import target_graphdef
+    saved = read_saved_config(path)
+    if saved["kind"] != "target":
+        raise ValueError(f"{path} holds a {saved['kind']!r}, not a target")
+    fields = dict(saved["config"])
+    if fields.get("rope_scaling"):
+        fields["rope_scaling"] = tuple(tuple(kv) for kv in fields["rope_scaling"])
+    cfg = TargetConfig(**fields)
+    _, abstract = target_graphdef(cfg, _saved_dtype(path))
+    params = restore_params(path, abstract)
+    src = saved.get("tokenizer_source")
+    tok = load_tokenizer(src) if tokenizer and src else None
+    return Target(cfg, params, tok)
+
+
+def _saved_dtype(path: str) -> str:
+    import orbax.checkpoint as ocp
+    with ocp.StandardCheckpointer() as ckptr:
+        meta = ckptr.metadata(os.path.join(path, "params"))
+    tree = getattr(meta, "item_metadata", meta)
+    tree = getattr(tree, "tree", tree)
+    return jax.numpy.dtype(jax.tree.leaves(tree)[0].dtype).name
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def _plain_forward(params, tokens_BT, cfg: TargetConfig):
+    B, T = tokens_BT.shape
+    model = bind_target(cfg, params)
+    cache = KVCache.zeros(cfg.num_hidden_layers, B, T, cfg.num_key_value_heads, cfg.head_dim,
+                          jax.tree.leaves(params)[0].dtype)
+    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    out = model(tokens_BT, pos, causal_mask(B, T, T), cache, jnp.zeros((B,), jnp.int32))
+    return model.logits(out.hidden)
+
+
+def target_logits(target: Target, tokens) -> jax.Array:
+    """float32 ``[B, T, V]`` logits of a plain causal forward at positions ``0..T-1``."""
+    tokens = jnp.asarray(tokens, jnp.int32)
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be [B, T], got shape {tokens.shape}")
+    return _plain_forward(target.params, tokens, target.config)
+
+
+_jit_decode = jax.jit(decode, static_argnames="config")
+
+
+def generate(target: Target, prompt_ids, *, max_new_tokens: int, temperature: float = 0.0,
+             key=None, top_k: int = 0, top_p: float = 1.0, stop_ids=None):
+    """Autoregressive decoding (jitted); returns the generated ids ``[n]`` (or ``[B, n]``)."""
+    stop = tuple(target.eos_ids if stop_ids is None else stop_ids)
+    cfg = DecodeConfig(target=target.config, method="ar", max_new_tokens=max_new_tokens,
+                       temperature=temperature, top_k=top_k, top_p=top_p, stop_ids=stop)
+    prompt = jnp.asarray(prompt_ids, jnp.int32)
+    out = _jit_decode({"target": target.params, "drafter": None}, prompt, config=cfg, key=key)
+    n = int(jnp.max(out.num_tokens))
+    toks = out.tokens[:, :n]
+    return toks[0, :int(out.num_tokens[0])] if prompt.ndim == 1 else toks

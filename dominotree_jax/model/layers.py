@@ -1,0 +1,186 @@
+"""Building blocks shared by the target and the drafter: Linear, RMSNorm, RoPE, attention, MLP.
+
+Weights keep the checkpoints' ``[out, in]`` layout: on CPU ``x @ W.T`` with ``W [V, H]`` is up
+to 1.7x faster than the transposed layout for the few-row products of verification
+(``shared/MEASUREMENTS.md``), and converters need no transposes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+_INIT_STD = 0.02
+
+
+def matmul_t(x_sI: jax.Array, w_OI: jax.Array) -> jax.Array:
+    """``x @ w.T`` for ``w`` stored ``[out, in]``."""
+    return jax.lax.dot_general(x_sI, w_OI, (((x_sI.ndim - 1,), (1,)), ((), ())))
+
+
+class Linear(nnx.Module):
+    def __init__(self, in_features: int, out_features: int, *, bias: bool = False,
+                 dtype=jnp.float32, rngs: nnx.Rngs):
+        self.weight = nnx.Param(
+            _INIT_STD * jax.random.normal(rngs.params(), (out_features, in_features), dtype))
+        self.bias = nnx.Param(jnp.zeros((out_features,), dtype)) if bias else None
+
+    def __call__(self, x):
+        y = matmul_t(x, self.weight[...])
+        return y if self.bias is None else y + self.bias[...]
+
+
+class Embedding(nnx.Module):
+    def __init__(self, vocab: int, dim: int, *, dtype=jnp.float32, rngs: nnx.Rngs):
+        self.weight = nnx.Param(_INIT_STD * jax.random.normal(rngs.params(), (vocab, dim), dtype))
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, eps: float, *, dtype=jnp.float32):
+        self.weight = nnx.Param(jnp.ones((dim,), dtype))
+        self.eps = eps
+
+    def __call__(self, x):
+        x32 = x.astype(jnp.float32)
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.weight[...] * x32.astype(x.dtype)
+
+
+class SwiGLU(nnx.Module):
+    def __init__(self, hidden: int, intermediate: int, *, dtype, rngs: nnx.Rngs):
+        self.gate_proj = Linear(hidden, intermediate, dtype=dtype, rngs=rngs)
+        self.up_proj = Linear(hidden, intermediate, dtype=dtype, rngs=rngs)
+        self.down_proj = Linear(intermediate, hidden, dtype=dtype, rngs=rngs)
+
+    def __call__(self, x):
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+# --------------------------------------------------------------------------- RoPE
+
+def rope_inv_freq(head_dim: int, theta: float, rope_scaling, max_position_embeddings: int):
+    """Inverse frequencies ``[head_dim // 2]`` (float32) and the cos/sin scale, as HF computes them."""
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    pos_freqs = np.float32(theta) ** exponent
+    inv_freq = (np.float32(1.0) / pos_freqs).astype(np.float32)
+    scale = 1.0
+    rs = dict(rope_scaling or ())
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "linear":
+        inv_freq = inv_freq / np.float32(rs["factor"])
+    elif kind == "llama3":
+        factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old_ctx = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        lo_wavelen, hi_wavelen = old_ctx / lo, old_ctx / hi
+        scaled = np.where(wavelen > lo_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_ctx / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < hi_wavelen) & ~(wavelen > lo_wavelen)
+        inv_freq = np.where(medium, smoothed, scaled).astype(np.float32)
+    elif kind == "yarn":
+        factor = rs["factor"]
+        old_ctx = rs.get("original_max_position_embeddings") or max_position_embeddings
+        beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+        def mscale(f, m=1.0):
+            return 0.1 * m * math.log(f) + 1.0 if f > 1 else 1.0
+
+        scale = rs.get("attention_factor")
+        if scale is None:
+            if rs.get("mscale") and rs.get("mscale_all_dim"):
+                scale = mscale(factor, rs["mscale"]) / mscale(factor, rs["mscale_all_dim"])
+            else:
+                scale = mscale(factor)
+
+        def corr_dim(n_rot):
+            return (head_dim * math.log(old_ctx / (n_rot * 2 * math.pi))) / (2 * math.log(theta))
+
+        low, high = corr_dim(beta_fast), corr_dim(beta_slow)
+        if rs.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, head_dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(head_dim // 2, dtype=np.float32) - low) / (high - low), 0, 1)
+        extrapolation = 1.0 - ramp
+        inv_freq = ((1.0 / (factor * pos_freqs)) * (1 - extrapolation)
+                    + (1.0 / pos_freqs) * extrapolation).astype(np.float32)
+    elif kind != "default":
+        raise ValueError(f"unsupported rope scaling type {kind!r}")
+    return inv_freq, float(scale)
+
+
+def rope_cos_sin(positions, inv_freq, scale: float):
+    """cos/sin ``[..., head_dim]`` for integer positions, always in float32."""
+    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq, jnp.float32)
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb) * scale, jnp.sin(emb) * scale
+
+
+def apply_rope(x_BTND, cos_BTD, sin_BTD):
+    """Rotate-half RoPE (pairs are (first half, second half)), computed in float32."""
+    x32 = x_BTND.astype(jnp.float32)
+    x1, x2 = jnp.split(x32, 2, axis=-1)
+    rotated = jnp.concatenate([-x2, x1], axis=-1)
+    out = x32 * cos_BTD[:, :, None, :] + rotated * sin_BTD[:, :, None, :]
+    return out.astype(x_BTND.dtype)
+
+
+# --------------------------------------------------------------------------- attention
+
+def attend(q_BTND, k_BSKD, v_BSKD, mask_BTS):
+    """Grouped-query attention of ``T`` queries over ``S`` keys with a boolean mask.
+
+    ``N`` query heads share ``K`` key/value heads (``N % K == 0``). Softmax in float32.
+    Rows whose mask is all False produce zeros instead of NaN.
+    """
+    B, T, N, D = q_BTND.shape
+    K = k_BSKD.shape[2]
+    q = q_BTND.reshape(B, T, K, N // K, D)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k_BSKD,
+                        preferred_element_type=jnp.float32) * (D ** -0.5)
+    scores = jnp.where(mask_BTS[:, None, None, :, :], scores, -jnp.inf)
+    m = jnp.max(scores, axis=-1, keepdims=True)
+    p = jnp.exp(scores - jnp.where(jnp.isfinite(m), m, 0.0))
+    p = p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
+    out = jnp.einsum("bkgts,bskd->btkgd", p.astype(v_BSKD.dtype), v_BSKD)
+    return out.reshape(B, T, N, D)
+
+
+class Attention(nnx.Module):
+    """Qwen3/Llama/Qwen2 attention projections (optional q/k RMSNorm, optional qkv bias)."""
+
+    def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int, *,
+                 qk_norm: bool, bias: bool, eps: float, dtype, rngs: nnx.Rngs):
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.q_proj = Linear(hidden, num_heads * head_dim, bias=bias, dtype=dtype, rngs=rngs)
+        self.k_proj = Linear(hidden, num_kv_heads * head_dim, bias=bias, dtype=dtype, rngs=rngs)
+        self.v_proj = Linear(hidden, num_kv_heads * head_dim, bias=bias, dtype=dtype, rngs=rngs)
+        self.o_proj = Linear(num_heads * head_dim, hidden, dtype=dtype, rngs=rngs)
+        self.q_norm = RMSNorm(head_dim, eps, dtype=dtype) if qk_norm else None
+        self.k_norm = RMSNorm(head_dim, eps, dtype=dtype) if qk_norm else None
+
+    def queries(self, x_BTH, cos, sin):
+        B, T, _ = x_BTH.shape
+        q = self.q_proj(x_BTH).reshape(B, T, self.num_heads, self.head_dim)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        return apply_rope(q, cos, sin)
+
+    def keys_values(self, x_BTH, cos, sin):
+        """Rotated keys and values ``[B, T, K, D]`` for inputs ``x``."""
+        B, T, _ = x_BTH.shape
+        k = self.k_proj(x_BTH).reshape(B, T, self.num_kv_heads, self.head_dim)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        v = self.v_proj(x_BTH).reshape(B, T, self.num_kv_heads, self.head_dim)
+        return apply_rope(k, cos, sin), v
+
+    def output(self, attn_BTND):
+        B, T = attn_BTND.shape[:2]
+        return self.o_proj(attn_BTND.reshape(B, T, self.num_heads * self.head_dim))
