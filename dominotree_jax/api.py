@@ -129,3 +129,30 @@ def generate(target: Target, prompt_ids, *, max_new_tokens: int, temperature: fl
     n = int(jnp.max(out.num_tokens))
     toks = out.tokens[:, :n]
     return toks[0, :int(out.num_tokens[0])] if prompt.ndim == 1 else toks
+
+
+@dataclasses.dataclass
+class Pair:
+    """A target and its drafter: ``params`` and ``config(...)`` are what ``decode`` needs."""
+    target: Target
+    drafter_config: Any
+    drafter_params: Any
+
+    @property
+    def params(self) -> dict:
+        return {"target": self.target.params, "drafter": self.drafter_params}
+
+    def config(self, method: str = "dominotree", **kw) -> DecodeConfig:
+        """A ``DecodeConfig`` for this pair (stop ids default to the tokenizer's end tokens)."""
+        kw.setdefault("stop_ids", self.target.eos_ids)
+        return DecodeConfig(target=self.target.config, drafter=self.drafter_config,
+                            method=method, **kw)
+
+
+def load_pair(target_path: str, drafter_path: str, *, dtype: str = "float32") -> Pair:
+    """Load a target (HF dir, ``.gguf`` or orbax dir) and a DFlash/Domino drafter directory;
+    the drafter is checked against the target (hidden size, vocab, tap layers, mask id)."""
+    from convert.drafter import load_drafter
+    target = load_target(target_path, dtype=dtype)
+    dcfg, dparams = load_drafter(os.fspath(drafter_path), dtype=dtype, target_cfg=target.config)
+    return Pair(target, dcfg, dparams)

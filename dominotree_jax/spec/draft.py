@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from dominotree_jax.model.drafter import dflash_chain
 from dominotree_jax.spec.decode_config import DecodeConfig
+from dominotree_jax.tree import build_tree, tree_attention
 
 
 class Draft(NamedTuple):
@@ -46,7 +47,29 @@ def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B) -> Dr
     if config.method == "domino":
         tokens_BK, _ = drafter.domino_chain(target, z_BKH, base_BKV, t0_B)
         return _chain(tokens_BK)
-    raise NotImplementedError(config.method)
+    return _tree(config, target, drafter, z_BKH, base_BKV, t0_B)
+
+
+def _tree(config: DecodeConfig, target, drafter, z_BKH, base_BKV, t0_B) -> Draft:
+    """Best-first tree per batch row (``ddtree`` marginal, ``dominotree`` conditional)."""
+    gru = drafter.prefix_gru
+    proj = drafter.embed_proj
+    weights = (target.embed_tokens.weight[...],
+               None if gru is None else gru.weight_ih_l0[...],
+               None if gru is None else gru.weight_hh_l0[...],
+               None if proj is None else proj[0].weight[...],
+               None if proj is None else proj[2].weight[...])
+
+    def one(base_KV, z_KH, t0):
+        return build_tree(base_KV, z_KH, t0, *weights, method=config.method,
+                          budget=config.budget, node_topk=config.node_topk, top_m=config.top_m,
+                          prefix_len=config.drafter.pure_draft_prefix_len,
+                          use_pallas=config.use_pallas)
+
+    tree = jax.vmap(one)(base_BKV, z_BKH, t0_B)
+    valid_BN = tree.valid
+    ancestor_BRR, _ = jax.vmap(tree_attention)(tree.parents, valid_BN)
+    return Draft(tree.tokens, tree.parents, tree.depths, valid_BN, ancestor_BRR)
 
 
 def _chain(tokens_BK) -> Draft:

@@ -1,0 +1,145 @@
+"""Benchmark the decoding methods on HumanEval, MT-Bench and MATH500 prompts (batch 1).
+
+    python -m dominotree_jax.bench [--datasets humaneval,mtbench,math500]
+        [--methods ar,dflash,domino,ddtree,dominotree] [--temperatures 0,1]
+        [--num-prompts 4] [--max-new-tokens 96] [--budget 16 --node-topk 8 --top-m 64]
+        [--drafter DIR|random] [--target PATH] [--out benchmarks/results]
+
+Writes ``bench.json``, ``bench.md``, ``tau_hist.png`` and ``speedup.png`` under ``--out``.
+The defaults are sized for a quick run on a 2-core CPU; a full run: ``--num-prompts 0``
+(every prompt), ``--temperatures 0,0.5,1`` and ``--max-new-tokens 256``. Without ``--drafter``
+the shipped ``dominotree_jax/assets/smollm2-domino`` is used, or a random-init Domino drafter
+(SmolLM2 shapes) when it is not there: τ is then ~1 and only the plumbing is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+
+DEFAULT_DRAFTER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "assets", "smollm2-domino")
+
+
+def _csv(kind):
+    return lambda s: tuple(kind(x) for x in s.split(",") if x.strip())
+
+
+def parse_args(argv=None):
+    from dominotree_jax.bench.prompts import LOADERS
+    from dominotree_jax.bench.run import DEFAULT_BUCKETS, BenchSettings
+
+    d = BenchSettings()
+    ap = argparse.ArgumentParser(prog="python -m dominotree_jax.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", type=_csv(str), default=tuple(LOADERS))
+    ap.add_argument("--methods", type=_csv(str), default=d.methods,
+                    help="ar is always run: it is the speed and identity reference")
+    ap.add_argument("--temperatures", type=_csv(float), default=d.temperatures)
+    ap.add_argument("--num-prompts", type=int, default=4, help="per dataset; 0 = all")
+    ap.add_argument("--sample-seed", type=int, default=None,
+                    help="pick a seeded sample of prompts instead of the first N")
+    ap.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    ap.add_argument("--budget", type=int, default=d.budget)
+    ap.add_argument("--node-topk", type=int, default=d.node_topk)
+    ap.add_argument("--top-m", type=int, default=d.top_m)
+    ap.add_argument("--buckets", type=_csv(int), default=DEFAULT_BUCKETS,
+                    help="prompt pad widths (one compile per method, temperature and width)")
+    ap.add_argument("--seed", type=int, default=d.seed, help="sampling seed (T > 0)")
+    ap.add_argument("--target", default=None,
+                    help="target .gguf / HF dir (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--drafter", default=None,
+                    help=f"drafter dir, or 'random' (default: {DEFAULT_DRAFTER} if present, "
+                         "else random)")
+    ap.add_argument("--out", default=os.path.join("benchmarks", "results"))
+    ap.add_argument("--no-progress", action="store_true")
+    return ap.parse_args(argv)
+
+
+def random_smollm2_drafter(target_cfg, seed: int = 0):
+    """(DrafterConfig, params): a random-init Domino drafter for the SmolLM2-135M shapes."""
+    from dominotree_jax.config import DrafterConfig
+    from dominotree_jax.model.drafter import check_pair, init_drafter_params
+
+    L = target_cfg.num_hidden_layers
+    cfg = DrafterConfig(
+        vocab_size=target_cfg.vocab_size, hidden_size=target_cfg.hidden_size,
+        intermediate_size=1536, num_hidden_layers=1, num_attention_heads=9,
+        num_key_value_heads=3, head_dim=64, block_size=8, mask_token_id=0,
+        num_target_layers=L, target_layer_ids=(1, L // 2, L - 3), shift_label=True,
+        projector_type="domino", gru_hidden_dim=256, emb_dim=128, pure_draft_prefix_len=1)
+    check_pair(target_cfg, cfg)
+    return cfg, init_drafter_params(cfg, seed)
+
+
+def load_models(target_path: str | None, drafter: str | None):
+    """(Pair, target name, drafter name)."""
+    import dominotree_jax as dj
+    from dominotree_jax.assets import smollm2_gguf_path
+
+    target_path = target_path or smollm2_gguf_path()
+    target = dj.load_target(target_path)
+    if drafter is None:
+        drafter = DEFAULT_DRAFTER if os.path.isdir(DEFAULT_DRAFTER) else "random"
+    if drafter == "random":
+        print("WARNING: no trained drafter: using a random-init Domino drafter (tau ~ 1; this "
+              "measures the plumbing, not the speedup)", file=sys.stderr)
+        dcfg, dparams = random_smollm2_drafter(target.config)
+        name = "random-init Domino (SmolLM2 shapes)"
+    else:
+        from convert.drafter import load_drafter
+        dcfg, dparams = load_drafter(drafter, target_cfg=target.config)
+        name = os.path.abspath(drafter)
+    return dj.Pair(target, dcfg, dparams), os.path.abspath(target_path), name
+
+
+def usable_methods(methods, drafter_cfg):
+    """Drop the Domino methods when the drafter has no Domino head (with a warning)."""
+    if drafter_cfg.is_domino:
+        return tuple(methods)
+    dropped = [m for m in methods if m in ("domino", "dominotree")]
+    if dropped:
+        print(f"WARNING: the drafter has no Domino head: skipping {dropped}", file=sys.stderr)
+    return tuple(m for m in methods if m not in dropped)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import jax
+
+    from dominotree_jax.bench import prompts as prompt_sets
+    from dominotree_jax.bench.run import BenchSettings, run_and_report
+
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "dominotree_jax.bench"]
+                       + list(sys.argv[1:] if argv is None else argv))
+    t0 = time.perf_counter()
+    pair, target_name, drafter_name = load_models(args.target, args.drafter)
+    settings = BenchSettings(
+        methods=usable_methods(args.methods, pair.drafter_config),
+        temperatures=args.temperatures, max_new_tokens=args.max_new_tokens, budget=args.budget,
+        node_topk=args.node_topk, top_m=args.top_m, buckets=args.buckets, seed=args.seed)
+    n = args.num_prompts or None
+    texts = {d: prompt_sets.load(d, n, args.sample_seed) for d in args.datasets}
+    token_prompts = {d: [pair.target.chat_prompt(t) for t in ts] for d, ts in texts.items()}
+    print(f"loaded models and prompts in {time.perf_counter() - t0:.1f}s; "
+          f"{sum(map(len, token_prompts.values()))} prompts, methods {settings.methods}, "
+          f"temperatures {settings.temperatures}, {jax.default_backend()}", file=sys.stderr)
+    result = run_and_report(
+        pair, token_prompts, settings, args.out, target_name=target_name,
+        drafter_name=drafter_name, command=command, progress=not args.no_progress,
+        extra_settings={"sample_seed": args.sample_seed})
+    from dominotree_jax.bench.report import markdown
+    print(markdown(result))
+    print(f"wrote {', '.join(result['outputs'].values())}  (total {result['total_s']:.0f} s)",
+          file=sys.stderr)
+    if result["mismatches"]:
+        print(f"!!! {len(result['mismatches'])} temperature-0 output(s) differ from ar",
+              file=sys.stderr)
+    return result
+
+
+if __name__ == "__main__":
+    main()

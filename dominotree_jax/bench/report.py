@@ -1,0 +1,169 @@
+"""Benchmark outputs: per-cell summary, ``bench.json``, ``bench.md``, ``tau_hist.png``,
+``speedup.png``.
+
+A cell is (dataset, temperature, method), aggregated over its prompts:
+- ``tau``: mean accepted tokens per round, bonus included (sum of per-round τ over all rounds of
+  all prompts / number of rounds; the prefill's first token is not a round);
+- ``tok_s``: generated tokens / wall seconds, both summed over the prompts;
+- ``speedup``: ``tok_s`` over ``ar``'s ``tok_s`` in the same dataset and temperature;
+- ``mismatches``: prompts whose tokens differ from ``ar``'s (temperature 0 only, else None).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+
+import numpy as np
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    """One summary dict per (dataset, temperature, method), in first-seen order."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        groups[r["dataset"], r["temperature"], r["method"]].append(r)
+    cells = []
+    for (dataset, temp, method), rs in groups.items():
+        rounds = sum(r["num_rounds"] for r in rs)
+        tokens = sum(r["num_tokens"] for r in rs)
+        wall = sum(r["wall_s"] for r in rs)
+        cells.append({
+            "dataset": dataset, "temperature": temp, "method": method, "prompts": len(rs),
+            "tokens": tokens, "rounds": rounds, "wall_s": wall,
+            "tau": sum(sum(r["taus"]) for r in rs) / rounds if rounds else float("nan"),
+            "tok_s": tokens / wall if wall > 0 else float("nan"),
+            "mismatches": (sum(r["mismatch"] is not None for r in rs) if temp == 0 else None),
+        })
+    ar = {(c["dataset"], c["temperature"]): c["tok_s"] for c in cells if c["method"] == "ar"}
+    for c in cells:
+        ref = ar.get((c["dataset"], c["temperature"]))
+        c["speedup"] = c["tok_s"] / ref if ref else float("nan")
+    return cells
+
+
+def write_json(result: dict, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1, allow_nan=True)
+        f.write("\n")
+
+
+def markdown(result: dict) -> str:
+    """A table: rows dataset/temperature, one column per method (τ / tok/s / speedup)."""
+    cells = result["cells"]
+    s = result["settings"]
+    methods = list(dict.fromkeys(c["method"] for c in cells))
+    rows = list(dict.fromkeys((c["dataset"], c["temperature"]) for c in cells))
+    by = {(c["dataset"], c["temperature"], c["method"]): c for c in cells}
+    total_mm = len(result["mismatches"])
+    lines = ["# Speculative decoding benchmark", ""]
+    if total_mm:
+        lines += [f"**WARNING: {total_mm} temperature-0 output(s) differ from `ar`** "
+                  "(see the mismatch list below).", ""]
+    lines += [f"- command: `{result['command']}`",
+              f"- target: `{s['target']}`; drafter: `{s['drafter']}`",
+              f"- methods {', '.join(s['methods'])}; {s['num_prompts']} prompt(s) per dataset; "
+              f"max_new_tokens {s['max_new_tokens']}; budget {s['budget']}, k {s['node_topk']}, "
+              f"M {s['top_m']}; batch 1; seed {s['seed']}",
+              f"- machine: {result['machine'].get('summary', '')}",
+              f"- total wall time {result.get('total_s', float('nan')):.0f} s "
+              f"(compiles {sum(c['compile_s'] for c in result['compiles']):.0f} s)", "",
+              "Cells: τ (mean accepted per round incl. bonus) / tokens per second / speedup "
+              "over `ar`.", ""]
+    head = ["dataset", "T"] + methods + ["T=0 mismatches"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for dataset, temp in rows:
+        row = [dataset, f"{temp:g}"]
+        mm = 0
+        for m in methods:
+            c = by.get((dataset, temp, m))
+            if c is None:
+                row.append("–")
+                continue
+            row.append(f"{c['tau']:.2f} / {c['tok_s']:.1f} / {c['speedup']:.2f}×")
+            mm += c["mismatches"] or 0
+        row.append("–" if temp != 0 else (f"**{mm}**" if mm else "0"))
+        lines.append("| " + " | ".join(row) + " |")
+    if total_mm:
+        lines += ["", "## Mismatches at temperature 0", ""]
+        for m in result["mismatches"]:
+            lines.append(f"- {m['dataset']} prompt {m['prompt']}, {m['method']}: first "
+                         f"difference at token {m['first_diff']} (ar {m['ref_token']}, "
+                         f"{m['method']} {m['token']}; lengths {m['ref_len']} vs {m['len']})")
+    return "\n".join(lines) + "\n"
+
+
+def plot_tau_hist(result: dict, path: str) -> None:
+    """Per-round τ distribution, one panel per temperature, one bar series per method."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = result["records"]
+    temps = list(dict.fromkeys(r["temperature"] for r in recs))
+    methods = [m for m in dict.fromkeys(r["method"] for r in recs) if m != "ar"] or ["ar"]
+    tau_max = max([max(r["taus"], default=1) for r in recs] + [1])
+    fig, axes = plt.subplots(1, len(temps), figsize=(5 * len(temps), 3.6), squeeze=False)
+    width = 0.8 / len(methods)
+    for ax, temp in zip(axes[0], temps):
+        for i, m in enumerate(methods):
+            taus = np.concatenate([np.asarray(r["taus"], int) for r in recs
+                                   if r["method"] == m and r["temperature"] == temp] or
+                                  [np.zeros(0, int)])
+            if taus.size == 0:
+                continue
+            counts = np.bincount(taus, minlength=tau_max + 1)[1:] / taus.size
+            ax.bar(np.arange(1, tau_max + 1) + (i - (len(methods) - 1) / 2) * width, counts,
+                   width, label=f"{m} (mean {taus.mean():.2f})")
+        ax.set_title(f"temperature {temp:g}")
+        ax.set_xlabel("τ (tokens committed per round)")
+        ax.set_ylabel("fraction of rounds")
+        ax.set_xticks(range(1, tau_max + 1))
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_speedup(result: dict, path: str, temperature: float = 0.0) -> None:
+    """Speedup over ``ar`` per dataset (groups) and method (bars) at ``temperature``."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = [c for c in result["cells"] if c["temperature"] == temperature]
+    if not cells:  # fall back to the lowest temperature that was run
+        t = min(c["temperature"] for c in result["cells"])
+        cells, temperature = [c for c in result["cells"] if c["temperature"] == t], t
+    datasets = list(dict.fromkeys(c["dataset"] for c in cells))
+    methods = list(dict.fromkeys(c["method"] for c in cells))
+    by = {(c["dataset"], c["method"]): c["speedup"] for c in cells}
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(datasets) * len(methods) / 3), 3.8))
+    width = 0.8 / len(methods)
+    x = np.arange(len(datasets))
+    for i, m in enumerate(methods):
+        vals = [by.get((d, m), np.nan) for d in datasets]
+        bars = ax.bar(x + (i - (len(methods) - 1) / 2) * width, vals, width, label=m)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+    ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+    ax.set_xticks(x, datasets)
+    ax.set_ylabel("speedup over ar (tokens/s)")
+    ax.set_title(f"speedup at temperature {temperature:g}, batch 1")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(result: dict, out_dir: str) -> dict[str, str]:
+    """Write ``bench.json``, ``bench.md``, ``tau_hist.png`` and ``speedup.png``; return paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {name: os.path.join(out_dir, name)
+             for name in ("bench.json", "bench.md", "tau_hist.png", "speedup.png")}
+    write_json(result, paths["bench.json"])
+    with open(paths["bench.md"], "w", encoding="utf-8") as f:
+        f.write(markdown(result))
+    plot_tau_hist(result, paths["tau_hist.png"])
+    plot_speedup(result, paths["speedup.png"])
+    return paths

@@ -1,0 +1,52 @@
+"""Tiny random target/drafter pairs and oracle drafters for speculative-decoding tests."""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+
+from dominotree_jax.config import DrafterConfig, TargetConfig
+from dominotree_jax.model.drafter import Drafter, init_drafter_params
+from dominotree_jax.model.target import init_target_params
+
+
+def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, layers=2):
+    tcfg = TargetConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=8, rope_theta=1e4)
+    dcfg = DrafterConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=8, block_size=block_size, mask_token_id=vocab - 1,
+                         num_target_layers=layers, target_layer_ids=(0, layers - 1),
+                         shift_label=shift_label,
+                         projector_type="domino" if domino else None,
+                         gru_hidden_dim=16 if domino else 0, emb_dim=8 if domino else 0)
+    tp = init_target_params(tcfg, seed)
+    # larger weights than the default init so the target's distribution is far from uniform
+    tp = jax.tree.map(lambda x: x * 6.0 if x.ndim == 2 else x, tp)
+    return tcfg, dcfg, {"target": tp, "drafter": init_drafter_params(dcfg, seed + 1)}
+
+
+@contextlib.contextmanager
+def scripted_drafter(continuation, wrong: bool = False):
+    """Replace ``Drafter.draft`` so that depth ``d`` of a block at ``start`` strongly predicts
+    ``continuation[start + 1 + d]`` (``continuation`` = prompt + AR output, absolute positions):
+    an oracle. ``wrong=True`` gives the true token the lowest logit instead, so no draft (chain
+    or any top-k child) is ever right."""
+    seq = jnp.asarray(continuation, jnp.int32)
+    original = Drafter.draft
+
+    def draft(self, target, ctx, t0_B, start_B, mask_token_id=None):
+        z, base = original(self, target, ctx, t0_B, start_B, mask_token_id)
+        K, V = base.shape[1], base.shape[2]
+        idx = jnp.clip(start_B[:, None] + 1 + jnp.arange(K)[None], 0, seq.shape[0] - 1)
+        sign = -1.0 if wrong else 1.0
+        return z, base * 0.01 + sign * 30.0 * jax.nn.one_hot(seq[idx], V)
+
+    Drafter.draft = draft
+    try:
+        yield
+    finally:
+        Drafter.draft = original

@@ -1,0 +1,150 @@
+"""Speculative decoding is lossless: every method equals AR at temperature 0, an oracle drafter
+reaches the maximum tau, a wrong drafter gets tau = 1, and sampling matches AR's distribution."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from dominotree_jax import DecodeConfig, decode
+from spec_fixtures import scripted_drafter, tiny_pair
+
+METHODS = ("dflash", "domino", "ddtree", "dominotree")
+jdecode = jax.jit(decode, static_argnames="config")
+
+
+def _cfg(tcfg, dcfg, method, **kw):
+    kw.setdefault("budget", 6)
+    kw.setdefault("node_topk", 3)
+    kw.setdefault("top_m", 16)
+    return DecodeConfig(target=tcfg, drafter=dcfg, method=method, **kw)
+
+
+@pytest.mark.parametrize("shift_label,block_size", [(True, 4), (False, 5), (True, 8)])
+def test_greedy_is_token_identical_to_ar(shift_label, block_size):
+    tcfg, dcfg, params = tiny_pair(block_size=block_size, shift_label=shift_label)
+    prompt = jnp.array([3, 17, 5, 9, 33, 2, 8])
+    ref = jdecode(params, prompt, config=_cfg(tcfg, dcfg, "ar", max_new_tokens=40))
+    assert int(ref.num_tokens[0]) == 40
+    for method in METHODS:
+        out = jdecode(params, prompt, config=_cfg(tcfg, dcfg, method, max_new_tokens=40))
+        np.testing.assert_array_equal(out.tokens, ref.tokens, err_msg=method)
+        taus = np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])])
+        assert taus.min() >= 1 and 1 + taus.sum() >= 40
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("shift_label", [True, False])
+def test_oracle_drafter_reaches_max_tau_and_wrong_drafter_gets_one(method, shift_label):
+    tcfg, dcfg, params = tiny_pair(block_size=4, shift_label=shift_label)
+    prompt = jnp.array([3, 17, 5, 9, 33])
+    n = 30
+    ref = jdecode(params, prompt, config=_cfg(tcfg, dcfg, "ar", max_new_tokens=n + 10))
+    seq = np.concatenate([np.asarray(prompt), np.asarray(ref.tokens[0])])
+    cfg = _cfg(tcfg, dcfg, method, max_new_tokens=n, budget=8, node_topk=2)
+    max_tau = cfg.max_depth + 1
+    with scripted_drafter(seq):
+        out = decode(params, prompt, config=cfg)
+    np.testing.assert_array_equal(out.tokens[0], ref.tokens[0, :n])
+    taus = np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])])
+    assert (taus == max_tau).all(), (method, taus, max_tau)
+    with scripted_drafter(seq, wrong=True):
+        out = decode(params, prompt, config=cfg)
+    np.testing.assert_array_equal(out.tokens[0], ref.tokens[0, :n])
+    taus = np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])])
+    assert (taus == 1).all() and len(taus) == n - 1
+
+
+def _exact_joint(tcfg, params, prompt, n_tok=3, temperature=1.0):
+    """P(first n_tok tokens) of the target by enumerating every prefix."""
+    from dominotree_jax.api import _plain_forward
+    V = tcfg.vocab_size
+    probs = np.zeros((V,) * n_tok)
+    seqs = np.array(list(itertools.product(range(V), repeat=n_tok - 1)))
+    toks = np.concatenate([np.tile(prompt, (len(seqs), 1)), seqs], axis=1)
+    lp = np.asarray(jax.nn.log_softmax(
+        _plain_forward(params["target"], jnp.asarray(toks), tcfg) / temperature, -1))
+    P = len(prompt)
+    for row, s in enumerate(seqs):
+        p = 1.0
+        for j in range(n_tok - 1):
+            p *= np.exp(lp[row, P - 1 + j, s[j]])
+        probs[tuple(s)] = p * np.exp(lp[row, P + n_tok - 2])
+    return probs
+
+
+@pytest.mark.parametrize("method", ["ar", "dflash", "domino", "dominotree"])
+def test_sampling_matches_the_target_distribution(method):
+    V, runs = 6, 20000
+    tcfg, dcfg, params = tiny_pair(vocab=V, block_size=4, seed=3)
+    prompt = np.array([1, 4, 2])
+    exact = _exact_joint(tcfg, params, prompt).reshape(-1)
+    cfg = _cfg(tcfg, dcfg, method, max_new_tokens=3, temperature=1.0, budget=6, node_topk=2,
+               top_m=0)
+    out = jdecode(params, jnp.tile(prompt, (runs, 1)), config=cfg, key=jax.random.key(7))
+    toks = np.asarray(out.tokens)
+    assert (toks >= 0).all()
+    cells = (toks[:, 0] * V + toks[:, 1]) * V + toks[:, 2]
+    observed = np.bincount(cells, minlength=V ** 3)
+    expected = exact * runs
+    big = expected >= 5
+    obs, exp = observed[big], expected[big]
+    if (~big).any():  # pool the rare cells into one
+        obs, exp = np.append(obs, observed[~big].sum()), np.append(exp, expected[~big].sum())
+    p = stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+    assert p > 1e-3, (method, p)
+    if method != "ar":  # the drafter was actually used: some rounds accepted drafts
+        assert int(np.asarray(out.accept_lengths).max()) > 1
+
+
+def test_bad_inputs_are_refused_before_compute():
+    tcfg, dcfg, params = tiny_pair()
+    cfg = _cfg(tcfg, dcfg, "dominotree", max_new_tokens=8)
+    with pytest.raises(ValueError, match="empty prompt"):
+        decode(params, jnp.zeros((1, 0), jnp.int32), config=cfg)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        decode(params, jnp.array([1, 2, 64]), config=cfg)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        decode(params, jnp.array([1, -2, 3]), config=cfg)
+    with pytest.raises(ValueError, match="max_len is 12"):
+        decode(params, jnp.array([1, 2, 3]), config=cfg.replace(max_len=12))
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        cfg.replace(temperature=-1.0)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        cfg.replace(top_p=0.0)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        cfg.replace(top_p=1.5)
+    import dataclasses
+    with pytest.raises(ValueError, match="block_size must be >= 2"):
+        cfg.replace(drafter=dataclasses.replace(dcfg, block_size=1))
+    with pytest.raises(ValueError, match="needs a Domino drafter"):
+        _, plain, _ = tiny_pair(domino=False)
+        cfg.replace(drafter=plain)
+    with pytest.raises(ValueError, match="unknown method"):
+        cfg.replace(method="medusa")
+    with pytest.raises(ValueError, match="needs an explicit PRNG key"):
+        decode(params, jnp.array([1, 2]), config=cfg.replace(temperature=0.5))
+    with pytest.raises(ValueError, match="prompt_lengths"):
+        decode(params, jnp.array([[1, 2]]), config=cfg, prompt_lengths=[3])
+
+
+def test_jit_compiles_once_per_config():
+    tcfg, dcfg, params = tiny_pair()
+    cfg = _cfg(tcfg, dcfg, "dominotree", max_new_tokens=6)
+    traces = []
+
+    def counted(params, prompt, *, config):
+        traces.append(config)
+        return decode(params, prompt, config=config)
+
+    f = jax.jit(counted, static_argnames="config")
+    f(params, jnp.array([1, 2, 3]), config=cfg)
+    params2 = jax.tree.map(lambda x: x * 1.01, params)  # fresh values, same shapes
+    f(params2, jnp.array([4, 5, 6]), config=cfg)
+    f(params2, jnp.array([4, 5, 6]), config=_cfg(tcfg, dcfg, "dominotree", max_new_tokens=6))
+    assert len(traces) == 1
+    f(params2, jnp.array([4, 5, 6]), config=cfg.replace(max_new_tokens=7))
+    assert len(traces) == 2
