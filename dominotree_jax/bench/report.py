@@ -42,9 +42,20 @@ def summarize(records: list[dict]) -> list[dict]:
     return cells
 
 
+def _strict(x):
+    """NaN / inf → None, recursively (strict JSON)."""
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    return x
+
+
 def write_json(result: dict, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1, allow_nan=True)
+        json.dump(_strict(result), f, indent=1, allow_nan=False)
         f.write("\n")
 
 
@@ -67,7 +78,9 @@ def markdown(result: dict) -> str:
               f"M {s['top_m']}; batch 1; seed {s['seed']}",
               f"- machine: {result['machine'].get('summary', '')}",
               f"- total wall time {result.get('total_s', float('nan')):.0f} s "
-              f"(compiles {sum(c['compile_s'] for c in result['compiles']):.0f} s)", "",
+              f"(compiles {sum(c['compile_s'] for c in result['compiles']):.0f} s, untimed "
+              f"warm-up runs {sum(c.get('warmup_s', 0) for c in result['compiles']):.0f} s)",
+              "",
               "Cells: τ (mean accepted per round incl. bonus) / tokens per second / speedup "
               "over `ar`.", ""]
     head = ["dataset", "T"] + methods + ["T=0 mismatches"]

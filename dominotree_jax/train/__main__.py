@@ -30,6 +30,8 @@ def parse_args(argv=None):
     p.add_argument("--gen-batch", type=int, default=48)
     p.add_argument("--gen-minutes", type=float, default=33.0,
                    help="stop starting new generation batches after this many minutes")
+    p.add_argument("--gen-batches", type=int, default=None,
+                   help="generate at most this many batches (the shipped run: 17)")
     # drafter
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--intermediate", type=int, default=1536)
@@ -49,10 +51,14 @@ def parse_args(argv=None):
     p.add_argument("--gamma", type=float, default=7.0)
     p.add_argument("--ckpt-minutes", type=float, default=4.0)
     p.add_argument("--heldout-frac", type=float, default=0.05)
+    p.add_argument("--train-vocab", type=int, default=8192,
+                   help="restrict the training softmax to every token of the data plus the "
+                   "first N ids (0 = full vocabulary); evaluation uses the full vocabulary")
     p.add_argument("--deadline", default=None,
                    help="UTC time HH:MM: stop training (and checkpoint) at that time")
     p.add_argument("--export-dir", default=None)
-    p.add_argument("--eval-seqs", type=int, default=48)
+    p.add_argument("--eval-seqs", type=int, default=64, help="held-out sequences to evaluate")
+    p.add_argument("--eval-anchors", type=int, default=32, help="blocks per held-out sequence")
     return p.parse_args(argv)
 
 
@@ -81,6 +87,7 @@ def stage_data(args, target=None):
     stats = D.generate_shards(target, ids, os.path.join(args.out, "data"), taps=taps,
                               max_new=args.max_new, batch=args.gen_batch,
                               time_budget_s=args.gen_minutes * 60,
+                              max_batches=args.gen_batches,
                               log=lambda m: _log(args.out, m))
     path = os.path.join(args.out, "data_stats.json")
     old = json.load(open(path)) if os.path.exists(path) else {"batches": 0, "gen_tokens": 0,
@@ -109,16 +116,24 @@ def drafter_config(args, target_cfg):
 
 
 def _trainer(args, target):
-    from dominotree_jax.train.data import ShardDataset, split_indices
+    import numpy as np
+
+    from dominotree_jax.train.data import ShardDataset, active_vocab, split_indices
     from dominotree_jax.train.trainer import TrainConfig, Trainer
     ds = ShardDataset(os.path.join(args.out, "data"), args.seq_len)
+    vocab = None
+    if args.train_vocab:
+        path = os.path.join(args.out, "train_vocab.npy")
+        if not os.path.exists(path):  # fixed at the first training run: resume stays exact
+            np.save(path, active_vocab(ds, target.config.vocab_size, first=args.train_vocab))
+        vocab = np.load(path)
     train_ids, held_ids = split_indices(len(ds), args.heldout_frac, args.seed)
     tc = TrainConfig(steps=args.steps, batch=args.batch, anchors=args.anchors, lr=args.lr,
                      warmup=args.warmup, gamma=args.gamma, seed=args.seed,
                      ckpt_every_s=args.ckpt_minutes * 60)
     dcfg = drafter_config(args, target.config)
     return Trainer(dcfg, target.config, target.params, ds, train_ids, tc,
-                   os.path.join(args.out, "ckpt"), log_dir=args.out), held_ids
+                   os.path.join(args.out, "ckpt"), log_dir=args.out, vocab_ids=vocab), held_ids
 
 
 def _deadline_ts(spec):
@@ -148,7 +163,8 @@ def stage_export(args, target=None):
     cfg, params = load_drafter(out_dir, target_cfg=target.config)
     _log(args.out, f"exported step {trainer.step} to {out_dir}")
     metrics = evaluate(cfg, params, target.config, target.params, trainer.ds,
-                       held_ids[:args.eval_seqs], anchors=args.anchors, seed=args.seed + 17)
+                       held_ids[:args.eval_seqs], anchors=args.eval_anchors,
+                       seed=args.seed + 17)
     metrics["step"] = trainer.step
     with open(os.path.join(args.out, "heldout_metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)

@@ -337,9 +337,10 @@ def tokenize_prompts(tokenizer, prompts: list[dict], max_prompt: int = PROMPT_BU
 
 def generate_shards(target, prompts_ids: list[list[int]], out_dir: str, *, taps: tuple,
                     max_new: int, batch: int, time_budget_s: float | None = None,
-                    log=print) -> dict:
+                    max_batches: int | None = None, log=print) -> dict:
     """Greedy answers + features for every prompt, one shard per batch; resumable (skips
-    shards already on disk). Stops starting new batches once ``time_budget_s`` is spent."""
+    shards already on disk). Stops starting new batches once ``time_budget_s`` is spent; batch
+    order is a fixed shuffle, so ``max_batches=N`` reproduces a time-limited run of N."""
     os.makedirs(out_dir, exist_ok=True)
     # Group by prompt bucket (few compiled shapes), keep a deterministic order.
     order = sorted(range(len(prompts_ids)), key=lambda i: (_bucket(len(prompts_ids[i])), i))
@@ -358,6 +359,8 @@ def generate_shards(target, prompts_ids: list[list[int]], out_dir: str, *, taps:
     rng.shuffle(batches)
     t_start = time.time()
     stats = {"batches": 0, "gen_tokens": 0, "seconds": 0.0}
+    if max_batches is not None:
+        batches = batches[:max_batches]
     for si, (width, idx) in enumerate(batches):
         name = os.path.join(out_dir, f"shard_{si:05d}")
         if os.path.exists(name + "_meta.npy"):
@@ -445,6 +448,22 @@ class ShardDataset:
         t[:E - lo] = tokens[r, lo:E]
         f[:E - lo] = feats[r, lo:E]
         return t, f, L - lo, E - lo
+
+
+def active_vocab(ds: ShardDataset, vocab_size: int, first: int = 8192,
+                 multiple: int = 512) -> np.ndarray:
+    """Sorted token ids the training softmax runs over: every token of the data plus the
+    ``first`` ids (BPE ids are roughly in frequency order), padded with the next unused ids to
+    a multiple of ``multiple``."""
+    seen = np.zeros((vocab_size,), bool)
+    seen[:min(first, vocab_size)] = True
+    for tokens, _, _ in ds.shards:
+        t = np.asarray(tokens)
+        seen[t[t >= 0]] = True
+    n = int(seen.sum())
+    target_n = min(vocab_size, -(-n // multiple) * multiple)
+    seen[np.flatnonzero(~seen)[:target_n - n]] = True
+    return np.flatnonzero(seen).astype(np.int32)
 
 
 def split_indices(n: int, heldout_frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,140 @@
+"""Batched speculative decoding on SmolLM2-135M: tokens/s per method and batch size.
+
+Each batch size ``b`` decodes the same prompts (MT-Bench first turns from
+``dominotree_jax.bench.prompts`` when available, else a fixed list of 16 chat prompts) as
+``len(prompts) / b`` right-padded batches of ``b`` rows. tokens/s = generated tokens (each row
+stops at its own end token or ``--new-tokens``) / wall time of the compiled calls (compile and a
+warm-up call excluded). Speedup is over batched ``ar`` at the same batch size. At temperature 0
+every method must emit ``ar``'s tokens: mismatching rows are counted in the table.
+
+The drafter is the shipped ``dominotree_jax/assets/smollm2-domino`` when present, else a
+random-init Domino drafter (acceptance ~1 token per round: it measures costs, not speedups).
+
+    python benchmarks/bench_batch.py [--batch-sizes 1 4 16] [--prompts 16] [--new-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import dominotree_jax as dj  # noqa: E402
+from dominotree_jax.assets import smollm2_gguf_path  # noqa: E402
+from dominotree_jax.spec.decode_config import METHODS  # noqa: E402
+
+SHIPPED_DRAFTER = Path(dj.__file__).parent / "assets" / "smollm2-domino"
+FALLBACK_PROMPTS = [
+    "Write a haiku about autumn leaves.", "Explain what a hash table is in two sentences.",
+    "Give three tips for learning a new language.", "What causes the seasons on Earth?",
+    "Write a Python function that reverses a string.", "Summarize the plot of Romeo and Juliet.",
+    "List five fruits that are high in vitamin C.", "How does a rainbow form?",
+    "Describe a cat to someone who has never seen one.", "What is the capital of Australia?",
+    "Write a short thank-you note to a teacher.", "Explain recursion with a simple example.",
+    "What are the benefits of regular exercise?", "Translate 'good morning' into French.",
+    "Why is the sky blue?", "Suggest a name for a bakery and explain it.",
+]
+
+
+def load_prompts(n: int) -> tuple[list[str], str]:
+    try:
+        from dominotree_jax.bench import prompts
+        return prompts.mtbench(n), "mtbench (dominotree_jax.bench.prompts)"
+    except (ImportError, FileNotFoundError):
+        return (FALLBACK_PROMPTS * (n // len(FALLBACK_PROMPTS) + 1))[:n], "fixed chat prompts"
+
+
+def load_pair() -> tuple[dj.Pair, str]:
+    target = dj.load_target(smollm2_gguf_path())
+    if SHIPPED_DRAFTER.is_dir():
+        from convert.drafter import load_drafter
+        dcfg, dparams = load_drafter(str(SHIPPED_DRAFTER), target_cfg=target.config)
+        return dj.Pair(target, dcfg, dparams), f"shipped ({SHIPPED_DRAFTER})"
+    from dominotree_jax.config import DrafterConfig
+    from dominotree_jax.model.drafter import init_drafter_params
+    dcfg = DrafterConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                         num_hidden_layers=1, num_attention_heads=9, num_key_value_heads=3,
+                         head_dim=64, block_size=8, mask_token_id=0, num_target_layers=30,
+                         target_layer_ids=(1, 15, 27), shift_label=True, projector_type="domino",
+                         gru_hidden_dim=256, emb_dim=128, pure_draft_prefix_len=1)
+    return (dj.Pair(target, dcfg, init_drafter_params(dcfg, 0)),
+            "random-init Domino (no trained drafter shipped yet: tau ~ 1)")
+
+
+def batches(ids: list[list[int]], size: int, width: int):
+    """Right-padded ``([size, width], [size])`` batches of consecutive prompts."""
+    for i in range(0, len(ids) - size + 1, size):
+        chunk = ids[i:i + size]
+        prompt_BW = np.zeros((size, width), np.int32)
+        for b, row in enumerate(chunk):
+            prompt_BW[b, :len(row)] = row
+        yield prompt_BW, np.array([len(r) for r in chunk], np.int32)
+
+
+def run_method(pair, cfg, ids, size, width):
+    """(tokens/s, rows [list of token lists], mean tau per round, compile s) for one method
+    and batch size (the first token of each row comes from the prefill, not a round)."""
+    fn = jax.jit(dj.decode, static_argnames="config")
+    t0 = time.perf_counter()
+    compiled = fn.lower(pair.params, jax.ShapeDtypeStruct((size, width), jnp.int32), config=cfg,
+                        prompt_lengths=jax.ShapeDtypeStruct((size,), jnp.int32)).compile()
+    compile_s = time.perf_counter() - t0
+    todo = list(batches(ids, size, width))
+    jax.block_until_ready(compiled(pair.params, todo[0][0], prompt_lengths=todo[0][1]))  # warm-up
+    rows, wall, tokens, taus, rounds = [], 0.0, 0, 0, 0
+    for prompt_BW, lengths_B in todo:
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(compiled(pair.params, prompt_BW, prompt_lengths=lengths_B))
+        wall += time.perf_counter() - t0
+        n_B = np.asarray(out.num_tokens)
+        tokens += int(n_B.sum())
+        taus += int(np.asarray(out.accept_lengths).sum())
+        rounds += int(np.asarray(out.num_rounds).sum())
+        rows += [np.asarray(out.tokens)[b, :n].tolist() for b, n in enumerate(n_B)]
+    return tokens / wall, rows, taus / max(rounds, 1), compile_s
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--prompts", type=int, default=16, help="prompts per batch size")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--budget", type=int, default=16)
+    args = ap.parse_args(argv)
+    methods = ["ar"] + [m for m in args.methods if m != "ar"]
+
+    pair, drafter_name = load_pair()
+    texts, prompt_source = load_prompts(args.prompts)
+    ids = [pair.target.chat_prompt(t) for t in texts]
+    width = max(len(r) for r in ids)
+    print(f"target: SmolLM2-135M-Instruct (fp32)   drafter: {drafter_name}")
+    print(f"prompts: {len(ids)} from {prompt_source}, padded to {width} tokens; "
+          f"{args.new_tokens} new tokens, temperature 0, {jax.device_count()} "
+          f"{jax.devices()[0].platform} device(s)\n")
+    print("| batch | method | tokens/s | speedup vs ar | mean tau | rows != ar | compile s |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for size in args.batch_sizes:
+        if size > len(ids):
+            print(f"| {size} | (skipped: only {len(ids)} prompts) | | | | | |")
+            continue
+        ar_speed, ar_rows = None, None
+        for method in methods:
+            cfg = pair.config(method, max_new_tokens=args.new_tokens, budget=args.budget)
+            speed, rows, tau, compile_s = run_method(pair, cfg, ids, size, width)
+            if method == "ar":
+                ar_speed, ar_rows = speed, rows
+            bad = sum(r != a for r, a in zip(rows, ar_rows))
+            print(f"| {size} | {method} | {speed:.1f} | {speed / ar_speed:.2f}x | {tau:.2f} | "
+                  f"{bad} | {compile_s:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""Per-round stage times of every method on SmolLM2-135M (batch 1), against one AR step.
+
+A round (``dominotree_jax/spec/decode.py``) is: draft (drafter block forward) → build (chain
+or tree, with its verify mask) → verify (target forward over ``1+N`` rows against a committed
+cache of ``--context`` tokens) → accept (argmax + tree walk) → commit (target cache compaction
++ drafter context extend). Each stage is its own jitted function over the real code
+(``Drafter.draft``, ``spec.draft``'s chain/tree builders, ``spec.verify.verify``,
+``spec.accept.accept_walk``, ``model.cache.compact_rows``, ``Drafter.extend_context``), fed the
+previous stage's real outputs; caches are donated as in the decode loop. Each time is the median
+of ``--repeats`` calls after warm-up. "fused" is the same round as a single jitted function.
+The AR step is the ``ar`` round: a one-row verify plus argmax.
+
+    JAX_PLATFORMS=cpu python benchmarks/bench_round_stages.py [--repeats 15] [--drafter DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from dominotree_jax.bench import prompts as prompt_sets  # noqa: E402
+from dominotree_jax.bench.models import load_models, usable_methods  # noqa: E402
+from dominotree_jax.model.cache import KVCache, compact_rows, gather_rows  # noqa: E402
+from dominotree_jax.model.drafter import DrafterContext, bind_drafter, dflash_chain  # noqa: E402
+from dominotree_jax.model.target import bind_target  # noqa: E402
+from dominotree_jax.spec import draft as spec_draft  # noqa: E402
+from dominotree_jax.spec.accept import accept_walk  # noqa: E402
+from dominotree_jax.spec.verify import verify  # noqa: E402
+
+STAGES = ("draft", "build", "verify", "accept", "commit")
+
+
+def interleaved_medians(fns: dict, repeats: int, warmup: int = 2) -> dict[str, float]:
+    """Median wall time (ms) of each ``fns[name]()`` (each must block). The calls are
+    interleaved round-robin so that load drifting on a shared machine hits all of them alike."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
+
+
+def context_tokens(tokenizer_target, n: int) -> np.ndarray:
+    """``n`` real tokens: chat-formatted HumanEval prompts, concatenated."""
+    ids: list[int] = []
+    for text in prompt_sets.humaneval(8):
+        ids += tokenizer_target.chat_prompt(text)
+        if len(ids) >= n:
+            break
+    return np.asarray(ids[:n], np.int32)
+
+
+class Stages:
+    """The jitted stages of one method's round (batch 1, fixed ``start``)."""
+
+    def __init__(self, pair, config):
+        self.cfg = config
+        self.taps = spec_draft.tap_layers_for(config)
+        tcfg, dcfg = pair.target.config, pair.drafter_config
+
+        def bound(params):
+            return bind_target(tcfg, params["target"]), bind_drafter(dcfg, params["drafter"])
+
+        def draft(params, ctx, t0_B, start_B):
+            target, drafter = bound(params)
+            return drafter.draft(target, ctx, t0_B, start_B)
+
+        def build(params, z_BKH, base_BKV, t0_B):
+            target, drafter = bound(params)
+            if config.method == "dflash":
+                return spec_draft._chain(dflash_chain(base_BKV)[0])
+            if config.method == "domino":
+                return spec_draft._chain(drafter.domino_chain(target, z_BKH, base_BKV, t0_B)[0])
+            return spec_draft._tree(config, target, drafter, z_BKH, base_BKV, t0_B)
+
+        def verify_stage(params, cache, t0_B, start_B, d: spec_draft.Draft):
+            target, _ = bound(params)
+            return verify(target, cache, t0_B, start_B, d.tokens_BN, d.depths_BN,
+                          d.ancestor_BRR, self.taps)
+
+        def accept(logits_BRV, d: spec_draft.Draft):
+            post_BR = jnp.argmax(logits_BRV, axis=-1).astype(jnp.int32)
+            return accept_walk(d.tokens_BN, d.parents_BN, d.valid_BN, post_BR, config.max_depth)
+
+        def commit(params, cache, ctx, taps_BRF, start_B, acc):
+            _, drafter = bound(params)
+            src_BP = start_B[:, None] + acc.rows_BP
+            cache = KVCache(compact_rows(cache.k, start_B, src_BP),
+                            compact_rows(cache.v, start_B, src_BP))
+            pos_BP = start_B[:, None] + jnp.arange(acc.rows_BP.shape[1])[None]
+            ctx = drafter.extend_context(ctx, gather_rows(taps_BRF, acc.rows_BP), pos_BP,
+                                         start_B, acc.num_nodes_B + 1)
+            return cache, ctx
+
+        def fused(params, cache, ctx, t0_B, start_B):
+            z, base = draft(params, ctx, t0_B, start_B)
+            d = build(params, z, base, t0_B)
+            logits, taps, cache = verify_stage(params, cache, t0_B, start_B, d)
+            acc = accept(logits, d)
+            return commit(params, cache, ctx, taps, start_B, acc)
+
+        self.draft = jax.jit(draft)
+        self.build = jax.jit(build)
+        self.verify = jax.jit(verify_stage, donate_argnums=1)
+        self.accept = jax.jit(accept)
+        self.commit = jax.jit(commit, donate_argnums=(1, 2))
+        self.fused = jax.jit(fused, donate_argnums=(1, 2))
+
+
+def ar_step(pair, config):
+    """The jitted ``ar`` round: one-row verify (cache donated) + argmax."""
+    tcfg = pair.target.config
+    empty = spec_draft.draft_round(config, None, None, None, jnp.zeros((1,), jnp.int32), None)
+
+    def step(params, cache, t0_B, start_B):
+        target = bind_target(tcfg, params["target"])
+        logits, _, cache = verify(target, cache, t0_B, start_B, empty.tokens_BN,
+                                  empty.depths_BN, empty.ancestor_BRR, ())
+        return jnp.argmax(logits[:, 0], axis=-1), cache
+
+    return jax.jit(step, donate_argnums=1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--context", type=int, default=200, help="committed tokens in the cache")
+    ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--node-topk", type=int, default=8)
+    ap.add_argument("--top-m", type=int, default=64)
+    ap.add_argument("--methods", default="dflash,domino,ddtree,dominotree")
+    ap.add_argument("--drafter", default=None, help="drafter dir or 'random' (default: the "
+                    "shipped smollm2-domino if present, else random)")
+    args = ap.parse_args()
+    if args.repeats < 10:
+        ap.error("--repeats must be >= 10")
+
+    pair, _, drafter_name = load_models(None, args.drafter)
+    params = pair.params
+    methods = usable_methods(tuple(args.methods.split(",")), pair.drafter_config)
+    tcfg, dcfg = pair.target.config, pair.drafter_config
+    kw = dict(max_new_tokens=64, budget=args.budget, node_topk=args.node_topk, top_m=args.top_m)
+    configs = {m: pair.config(m, **kw) for m in ("ar",) + methods}
+    C = args.context
+    S = C + max(c.num_draft_nodes for c in configs.values()) + 1 + 64
+
+    # committed context: prefill C real tokens, taps → drafter context
+    ids_BT = jnp.asarray(context_tokens(pair.target, C + 1))[None]
+    taps = tuple(dcfg.target_layer_ids)
+    pos_BT = jnp.arange(C, dtype=jnp.int32)[None]
+    zero_B = jnp.zeros((1,), jnp.int32)
+
+    @jax.jit
+    def prefill(params, ids_BT):
+        target = bind_target(tcfg, params["target"])
+        drafter = bind_drafter(dcfg, params["drafter"])
+        mask_BTS = jnp.arange(S)[None, None, :] <= pos_BT[:, :, None]
+        cache = KVCache.zeros(tcfg.num_hidden_layers, 1, S, tcfg.num_key_value_heads,
+                              tcfg.head_dim)
+        pre = target(ids_BT, pos_BT, mask_BTS, cache, zero_B, tap_layers=taps)
+        ctx = drafter.extend_context(DrafterContext.zeros(dcfg, 1, S), pre.taps, pos_BT, zero_B,
+                                     jnp.full((1,), C, jnp.int32))
+        return pre.cache, ctx
+
+    cache0, ctx0 = prefill(params, ids_BT[:, :C])
+    t0_B, start_B = ids_BT[:, C], jnp.full((1,), C, jnp.int32)
+    copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731  (fresh buffers to donate)
+
+    print(f"SmolLM2-135M target, drafter: {drafter_name}; context {C} tokens, cache {S} slots; "
+          f"budget {args.budget}, k {args.node_topk}, M {args.top_m}; median of {args.repeats}"
+          f"; {jax.default_backend()}, {jax.device_count()} device(s)", flush=True)
+
+    step = ar_step(pair, configs["ar"])
+    fns = {}
+
+    def add(name, fn, state=None):
+        """Register ``fn(state) -> (blocking)``; ``state`` holds the buffers it donates."""
+        fns[name] = (lambda: fn(state)) if state is not None else fn
+
+    def run_ar(state):
+        tok, state["cache"] = step(params, state["cache"], t0_B, start_B)
+        tok.block_until_ready()
+
+    add("ar", run_ar, {"cache": copy(cache0)})
+    for m in methods:
+        st = Stages(pair, configs[m])
+        z, base = st.draft(params, ctx0, t0_B, start_B)
+        d = st.build(params, z, base, t0_B)
+        logits, taps_BRF, _ = st.verify(params, copy(cache0), t0_B, start_B, d)
+        acc = st.accept(logits, d)
+
+        def run_verify(state, st=st, d=d):
+            out = st.verify(params, state["cache"], t0_B, start_B, d)
+            state["cache"] = out[2]
+            jax.block_until_ready(out)
+
+        def run_commit(state, st=st, taps_BRF=taps_BRF, acc=acc):
+            state["cache"], state["ctx"] = st.commit(params, state["cache"], state["ctx"],
+                                                     taps_BRF, start_B, acc)
+            jax.block_until_ready(state["ctx"])
+
+        def run_fused(state, st=st):
+            state["cache"], state["ctx"] = st.fused(params, state["cache"], state["ctx"],
+                                                    t0_B, start_B)
+            jax.block_until_ready(state["ctx"])
+
+        add(f"{m}/draft", lambda st=st: jax.block_until_ready(st.draft(params, ctx0, t0_B,
+                                                                       start_B)))
+        add(f"{m}/build", lambda st=st, z=z, base=base: jax.block_until_ready(
+            st.build(params, z, base, t0_B)))
+        add(f"{m}/verify", run_verify, {"cache": copy(cache0)})
+        add(f"{m}/accept", lambda st=st, logits=logits, d=d: jax.block_until_ready(
+            st.accept(logits, d)))
+        add(f"{m}/commit", run_commit, {"cache": copy(cache0), "ctx": copy(ctx0)})
+        add(f"{m}/fused", run_fused, {"cache": copy(cache0), "ctx": copy(ctx0)})
+        print(f"  compiled {m} ({configs[m].num_draft_nodes} draft nodes, accepted "
+              f"{int(acc.num_nodes_B[0])} on this context)", flush=True)
+
+    med = interleaved_medians(fns, args.repeats)
+    ar_ms = med["ar"]
+    rows = []
+    for m in methods:
+        times = {s: med[f"{m}/{s}"] for s in STAGES + ("fused",)}
+        times["sum"] = sum(times[s] for s in STAGES)
+        rows.append((m, configs[m].num_draft_nodes, times))
+
+    print()
+    cols = list(STAGES) + ["sum", "fused"]
+    print(f"| method | rows | " + " | ".join(cols) + " | sum / AR | build share |")
+    print("|---|---|" + "---|" * (len(cols) + 2))
+    print(f"| ar (1 step) | 1 | – | – | {ar_ms:.1f} (1.00×) | – | – | {ar_ms:.1f} | – | 1.00 | – |")
+    for m, n, t in rows:
+        cells = [f"{t[c]:.1f} ({t[c] / ar_ms:.2f}×)" for c in cols]
+        print(f"| {m} | {1 + n} | " + " | ".join(cells) +
+              f" | {t['sum'] / ar_ms:.2f} | {100 * t['build'] / t['sum']:.0f}% |")
+    print("\nms (× one AR step); build share = build / sum of stages. Break-even τ for a "
+          "method ≈ its fused round / AR step.")
+
+
+if __name__ == "__main__":
+    main()

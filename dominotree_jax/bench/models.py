@@ -1,0 +1,64 @@
+"""The models a benchmark runs: SmolLM2-135M-Instruct and a drafter for it.
+
+The drafter is the shipped ``dominotree_jax/assets/smollm2-domino`` when present, a checkpoint
+directory when given, or a random-init Domino drafter with SmolLM2 shapes (τ ≈ 1: it exercises
+the code paths and their costs, not the speedup).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+DEFAULT_DRAFTER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "assets", "smollm2-domino")
+RANDOM = "random"
+
+
+def random_smollm2_drafter(target_cfg, seed: int = 0):
+    """(DrafterConfig, params): a random-init Domino drafter shaped for ``target_cfg``
+    (one Qwen3 layer, block 8, taps (1, L/2, L-3), GRU 256, embedding 128)."""
+    from dominotree_jax.config import DrafterConfig
+    from dominotree_jax.model.drafter import check_pair, init_drafter_params
+
+    L = target_cfg.num_hidden_layers
+    cfg = DrafterConfig(
+        vocab_size=target_cfg.vocab_size, hidden_size=target_cfg.hidden_size,
+        intermediate_size=1536, num_hidden_layers=1, num_attention_heads=9,
+        num_key_value_heads=3, head_dim=64, block_size=8, mask_token_id=0,
+        num_target_layers=L, target_layer_ids=(1, L // 2, L - 3), shift_label=True,
+        projector_type="domino", gru_hidden_dim=256, emb_dim=128, pure_draft_prefix_len=1)
+    check_pair(target_cfg, cfg)
+    return cfg, init_drafter_params(cfg, seed)
+
+
+def load_models(target_path: str | None = None, drafter: str | None = None):
+    """(Pair, target path, drafter description). ``drafter``: a directory, ``"random"``, or
+    None for the shipped drafter (random when it is not there, with a warning)."""
+    import dominotree_jax as dj
+    from dominotree_jax.assets import smollm2_gguf_path
+
+    target_path = target_path or smollm2_gguf_path()
+    target = dj.load_target(target_path)
+    if drafter is None:
+        drafter = DEFAULT_DRAFTER if os.path.isdir(DEFAULT_DRAFTER) else RANDOM
+    if drafter == RANDOM:
+        print("WARNING: no trained drafter: using a random-init Domino drafter (tau ~ 1: this "
+              "measures the plumbing and its costs, not the speedup)", file=sys.stderr)
+        dcfg, dparams = random_smollm2_drafter(target.config)
+        name = "random-init Domino (SmolLM2 shapes)"
+    else:
+        from convert.drafter import load_drafter
+        dcfg, dparams = load_drafter(drafter, target_cfg=target.config)
+        name = os.path.abspath(drafter)
+    return dj.Pair(target, dcfg, dparams), os.path.abspath(target_path), name
+
+
+def usable_methods(methods, drafter_cfg) -> tuple[str, ...]:
+    """``methods`` without the Domino ones when the drafter has no Domino head (warns)."""
+    if drafter_cfg.is_domino:
+        return tuple(methods)
+    dropped = [m for m in methods if m in ("domino", "dominotree")]
+    if dropped:
+        print(f"WARNING: the drafter has no Domino head: skipping {dropped}", file=sys.stderr)
+    return tuple(m for m in methods if m not in dropped)

@@ -1,0 +1,54 @@
+"""Plot a training run's learning curve: ``python -m dominotree_jax.train.report RUN_DIR PNG``."""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+import numpy as np
+
+
+def _smooth(x, k=25):
+    x = np.asarray(x, float)
+    if len(x) < k:
+        return x
+    c = np.cumsum(np.insert(x, 0, 0.0))
+    out = (c[k:] - c[:-k]) / k
+    return np.concatenate([x[:k - 1] * 0 + out[0], out])
+
+
+def plot(run_dir: str, png: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    with open(f"{run_dir}/train_log.csv") as f:
+        rows = list(csv.DictReader(f))
+    col = {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+    step = col["step"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    a1.plot(step, _smooth(col["base_loss"]), label="CE base")
+    a1.plot(step, _smooth(col["corr_loss"]), label="CE corrected")
+    a1.plot(step, _smooth(col["loss"]), label="curriculum loss", alpha=0.7)
+    a1.set_xlabel("step")
+    a1.set_ylabel("cross-entropy (train softmax subset, nats)")
+    a1.set_yscale("log")
+    a1.grid(alpha=0.3)
+    ax = a1.twinx()
+    ax.plot(step, col["lam"], "k:", label="λ")
+    ax.set_ylabel("λ")
+    a1.legend(loc="upper right")
+    a2.plot(step, _smooth(col["base_acc0"]), label="base acc, depth 0")
+    a2.plot(step, _smooth(col["base_acc_mean"]), label="base acc, mean over depths")
+    a2.plot(step, _smooth(col["corr_acc_mean"]), label="corrected acc, mean over depths")
+    a2.plot(step, _smooth(col["tau_corr"]) - 1, label="chain τ − 1 (Domino, teacher-forced)")
+    a2.set_xlabel("step")
+    a2.set_ylim(0, None)
+    a2.grid(alpha=0.3)
+    a2.legend(loc="upper left", fontsize=8)
+    fig.suptitle("Domino drafter for SmolLM2-135M-Instruct: training curves (25-step means)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+if __name__ == "__main__":
+    plot(sys.argv[1], sys.argv[2])

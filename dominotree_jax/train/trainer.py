@@ -1,0 +1,264 @@
+"""Drafter training loop: AdamW + warm-up + cosine, global-norm clipping, frozen target,
+orbax checkpoints that resume exactly, tqdm progress and a CSV learning curve.
+
+The trainable state is ``{"params": {dotted.name: array}, "opt_state": …, "step": int,
+"key": uint32[2]}``. Batch ``k`` of the data stream is a pure function of ``(seed, k)``
+(``data.batch_stream``), so the step counter is the data-iterator position: a run killed at
+any point and restarted from its last checkpoint replays the same batches and produces the
+same parameters bit for bit.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from convert.params import state_to_flat
+from dominotree_jax.config import DrafterConfig, TargetConfig
+from dominotree_jax.model.drafter import init_drafter_params
+from dominotree_jax.train.data import batch_stream, make_batch
+from dominotree_jax.train.loss import curriculum_lambda, flat_to_state, loss_and_metrics
+
+CSV_FIELDS = ("step", "loss", "base_loss", "corr_loss", "base_acc0", "base_acc_mean",
+              "corr_acc_mean", "tau_base", "tau_corr", "lam", "lr", "grad_norm", "tok_s",
+              "wall_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1000
+    batch: int = 8            # sequences per step
+    anchors: int = 12         # blocks per sequence
+    lr: float = 1e-3
+    warmup: int = 100
+    min_lr_frac: float = 0.1
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    gamma: float | None = 7.0
+    seed: int = 0
+    ckpt_every_s: float = 240.0
+    keep: int = 2
+
+
+def make_optimizer(tc: TrainConfig):
+    sched = optax.warmup_cosine_decay_schedule(
+        0.0, tc.lr, warmup_steps=max(1, min(tc.warmup, tc.steps - 1)),
+        decay_steps=max(tc.steps, 2), end_value=tc.lr * tc.min_lr_frac)
+    return optax.chain(optax.clip_by_global_norm(tc.clip),
+                       optax.adamw(sched, b1=0.9, b2=0.95, weight_decay=tc.weight_decay)), sched
+
+
+def init_params(dcfg: DrafterConfig, seed: int, tparams=None) -> dict:
+    """Random drafter parameters as ``{name: float32 array}``. The correction's output layer
+    starts at zero so the corrected logits start equal to the base logits, and the final
+    norm starts as the target's (``z`` then has the scale the shared LM head expects)."""
+    flat = {k: jnp.asarray(v, jnp.float32)
+            for k, v in state_to_flat(init_drafter_params(dcfg, seed)).items()}
+    if tparams is not None:
+        flat["norm.weight"] = jnp.array(tparams["norm"]["weight"][...], jnp.float32, copy=True)
+    if dcfg.is_domino:
+        flat["embed_proj.2.weight"] = jnp.zeros_like(flat["embed_proj.2.weight"])
+    return flat
+
+
+def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_index, *, dcfg,
+                     tcfg, tc: TrainConfig):
+    opt, sched = make_optimizer(tc)
+    lam = curriculum_lambda(step, tc.steps)
+
+    def f(p):
+        return loss_and_metrics(dcfg, tcfg, flat_to_state(dcfg, p), tparams, batch, lam,
+                                tc.gamma, vocab_ids, vocab_index)
+
+    (loss, m), grads = jax.value_and_grad(f, has_aux=True)(flat)
+    updates, opt_state = opt.update(grads, opt_state, flat)
+    flat = optax.apply_updates(flat, updates)
+    m = dict(m, lam=lam, lr=sched(step), grad_norm=optax.global_norm(grads))
+    return flat, opt_state, m
+
+
+_train_step = jax.jit(_train_step_impl, static_argnames=("dcfg", "tcfg", "tc"),
+                      donate_argnums=(0, 1))
+
+
+def _eval_impl(flat_or_state, tparams, batch, *, dcfg, tcfg):
+    return loss_and_metrics(dcfg, tcfg, flat_or_state, tparams, batch, 0.0, None)[1]
+
+
+_eval_step = jax.jit(_eval_impl, static_argnames=("dcfg", "tcfg"))
+
+
+class Trainer:
+    """Owns the training state; ``fit`` runs steps, checkpoints and logs."""
+
+    def __init__(self, dcfg: DrafterConfig, tcfg: TargetConfig, tparams, ds, train_ids,
+                 tc: TrainConfig, ckpt_dir: str, log_dir: str | None = None,
+                 progress: bool = True, vocab_ids=None):
+        """``vocab_ids``: optional sorted token ids the training softmax is restricted to
+        (``data.active_vocab``); evaluation always uses the full vocabulary."""
+        self.dcfg, self.tcfg, self.tparams = dcfg, tcfg, tparams
+        if vocab_ids is None:
+            self.vocab_ids = self.vocab_index = None
+        else:
+            self.vocab_ids = jnp.asarray(vocab_ids, jnp.int32)
+            index = np.full((tcfg.vocab_size,), -1, np.int32)
+            index[np.asarray(vocab_ids)] = np.arange(len(vocab_ids), dtype=np.int32)
+            self.vocab_index = jnp.asarray(index)
+        self.ds, self.train_ids, self.tc = ds, np.asarray(train_ids), tc
+        self.ckpt_dir = os.path.abspath(ckpt_dir)
+        self.log_dir = log_dir
+        self.progress = progress
+        self.flat = init_params(dcfg, tc.seed, tparams)
+        self.opt_state = make_optimizer(tc)[0].init(self.flat)
+        self.step = 0
+        self.key = jax.random.key_data(jax.random.key(tc.seed))
+        self.history: list[dict] = []
+        self._mgr = ocp.CheckpointManager(
+            self.ckpt_dir, options=ocp.CheckpointManagerOptions(max_to_keep=tc.keep,
+                                                                 create=True))
+        if self._mgr.latest_step() is not None:
+            self.restore()
+
+    # ------------------------------------------------------------------ state
+    @property
+    def params(self):
+        """The drafter parameters as an ``nnx.State`` (for ``save_drafter`` / decode)."""
+        return flat_to_state(self.dcfg, self.flat)
+
+    def _state(self):
+        return {"params": self.flat, "opt_state": self.opt_state,
+                "step": np.asarray(self.step, np.int64), "key": self.key}
+
+    def save(self):
+        self._mgr.save(self.step, args=ocp.args.StandardSave(self._state()), force=True)
+        self._mgr.wait_until_finished()
+
+    def restore(self, step: int | None = None):
+        step = self._mgr.latest_step() if step is None else step
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self._state())
+        st = self._mgr.restore(step, args=ocp.args.StandardRestore(abstract))
+        self.flat, self.opt_state = st["params"], st["opt_state"]
+        self.step, self.key = int(st["step"]), st["key"]
+        self._trim_csv()
+
+    def close(self):
+        self._mgr.wait_until_finished()
+        self._mgr.close()
+
+    # ------------------------------------------------------------------ logging
+    def _csv_path(self):
+        return os.path.join(self.log_dir, "train_log.csv") if self.log_dir else None
+
+    def _trim_csv(self):
+        """After a restore, drop learning-curve rows past the restored step."""
+        path = self._csv_path()
+        if not path or not os.path.exists(path):
+            return
+        with open(path) as f:
+            rows = [r for r in csv.DictReader(f) if int(r["step"]) <= self.step]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, CSV_FIELDS)
+            w.writeheader()
+            w.writerows(rows)
+
+    def _append_csv(self, row):
+        path = self._csv_path()
+        if not path:
+            return
+        new = not os.path.exists(path)
+        with open(path, "a", newline="") as f:
+            w = csv.DictWriter(f, CSV_FIELDS)
+            if new:
+                w.writeheader()
+            w.writerow(row)
+
+    # ------------------------------------------------------------------ loop
+    def train_step(self, batch):
+        self.key, _ = jax.random.split(jax.random.wrap_key_data(self.key))
+        self.key = jax.random.key_data(self.key)
+        self.flat, self.opt_state, m = _train_step(
+            self.flat, self.opt_state, jax.tree.map(jnp.asarray, batch),
+            jnp.asarray(self.step, jnp.int32), self.tparams, self.vocab_ids, self.vocab_index,
+            dcfg=self.dcfg, tcfg=self.tcfg, tc=self.tc)
+        self.step += 1
+        return jax.device_get(m)
+
+    def fit(self, num_steps: int | None = None, deadline: float | None = None):
+        """Train up to ``num_steps`` more steps (default: to ``tc.steps``), checkpointing every
+        ``ckpt_every_s`` seconds and at the end (also when ``deadline`` (epoch s) passes)."""
+        tc = self.tc
+        end = tc.steps if num_steps is None else min(tc.steps, self.step + num_steps)
+        if self.step >= end:
+            return self.history
+        stream = batch_stream(self.ds, self.train_ids, batch=tc.batch, anchors=tc.anchors,
+                              block=self.dcfg.num_draft_positions, seed=tc.seed,
+                              start_step=self.step)
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+            bar = tqdm(total=tc.steps, initial=self.step, desc="train", dynamic_ncols=True)
+        last_ckpt = t_start = time.time()
+        try:
+            while self.step < end:
+                batch = next(stream)
+                t0 = time.time()
+                m = self.train_step(batch)
+                dt = time.time() - t0
+                row = {"step": self.step, "loss": float(m["loss"]),
+                       "base_loss": float(m["base_loss"]), "corr_loss": float(m["corr_loss"]),
+                       "base_acc0": float(m["base_acc_d"][0]),
+                       "base_acc_mean": float(np.mean(m["base_acc_d"])),
+                       "corr_acc_mean": float(np.mean(m["corr_acc_d"])),
+                       "tau_base": float(m["tau_base"]), "tau_corr": float(m["tau_corr"]),
+                       "lam": float(m["lam"]), "lr": float(m["lr"]),
+                       "grad_norm": float(m["grad_norm"]),
+                       "tok_s": float(m["num_labels"]) / dt, "wall_s": time.time() - t_start}
+                self.history.append(row)
+                self._append_csv(row)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{row['loss']:.3f}", base=f"{row['base_loss']:.3f}",
+                                    acc0=f"{row['base_acc0']:.3f}",
+                                    acc=f"{row['corr_acc_mean']:.3f}", lam=f"{row['lam']:.2f}",
+                                    tok_s=f"{row['tok_s']:.0f}")
+                now = time.time()
+                if now - last_ckpt > tc.ckpt_every_s:
+                    self.save()
+                    last_ckpt = now
+                if deadline is not None and now > deadline:
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+        self.save()
+        return self.history
+
+
+def evaluate(dcfg: DrafterConfig, dparams, tcfg: TargetConfig, tparams, ds, seq_ids, *,
+             anchors: int = 16, batch: int = 4, seed: int = 0) -> dict:
+    """Held-out per-depth accuracies of the base and corrected heads and offline chain τ."""
+    K = dcfg.num_draft_positions
+    tot = {"base_acc_d": np.zeros(K), "corr_acc_d": np.zeros(K), "base_loss": 0.0,
+           "corr_loss": 0.0, "tau_base": 0.0, "tau_corr": 0.0}
+    n = 0.0
+    rng = np.random.default_rng(seed)
+    seq_ids = list(seq_ids)
+    for i in range(0, len(seq_ids) - batch + 1, batch):
+        b = make_batch(ds, seq_ids[i:i + batch], anchors=anchors, block=K, rng=rng)
+        m = jax.device_get(_eval_step(dparams, tparams, jax.tree.map(jnp.asarray, b),
+                                      dcfg=dcfg, tcfg=tcfg))
+        for k in tot:
+            tot[k] = tot[k] + np.asarray(m[k], np.float64)
+        n += 1
+    out = {k: (v / max(n, 1)).tolist() for k, v in tot.items()}
+    out["num_seqs"] = int(n * batch)
+    out["num_blocks"] = int(n * batch * anchors)
+    return out

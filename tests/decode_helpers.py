@@ -1,0 +1,61 @@
+"""Shared bits of the batching / log-prob / sharding tests: a quick-to-compile jitted decode
+and a lookup "oracle" drafter that gets some drafts accepted."""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dominotree_jax import decode
+from dominotree_jax.model.drafter import Drafter
+
+# The tiny test models run in milliseconds; XLA's CPU backend optimisations cost seconds per
+# compile. Level 0 halves compile time and changes no result these tests look at.
+FAST_XLA = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def fresh_jit_decode():
+    """``run(params, prompt_BT, lengths_B, key=None, *, config)``: ``decode`` jitted with a
+    compilation cache of its own (a new function object per call), so traces made while a test
+    patches the drafter are never shared with other test modules."""
+
+    def run(params, prompt_BT, lengths_B, key=None, *, config):
+        return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B)
+
+    return jax.jit(run, static_argnames="config", compiler_options=FAST_XLA)
+
+
+def oracle_table(prompt_BT, lengths_B, gen_BN, vocab, depth):
+    """int32 ``[S, V, K]``: the token depth ``d`` should guess for a block at ``start`` whose
+    ``t0`` is ``v`` (-1: no guess). Right (from the AR continuation) unless ``start + d`` is
+    ``3 mod 4``, where it stays silent and the random drafter guesses instead."""
+    seqs = [np.concatenate([p[:n], g]) for p, n, g in zip(prompt_BT, lengths_B, gen_BN)]
+    S = max(len(s) for s in seqs) + 1
+    table = np.full((S, vocab, depth), -1, np.int32)
+    for seq in seqs:
+        for start in range(len(seq)):
+            for d in range(depth):
+                if start + 1 + d < len(seq) and (start + d) % 4 != 3:
+                    table[start, seq[start], d] = seq[start + 1 + d]
+    return jnp.asarray(table)
+
+
+@contextlib.contextmanager
+def lookup_drafter(table_SVK):
+    """Patch ``Drafter.draft``: where the table has a guess, it dominates the base logits."""
+    original = Drafter.draft
+
+    def draft(self, target, ctx, t0_B, start_B, mask_token_id=None):
+        z, base_BKV = original(self, target, ctx, t0_B, start_B, mask_token_id)
+        guess_BK = table_SVK[jnp.clip(start_B, 0, table_SVK.shape[0] - 1), t0_B]
+        hot_BKV = jax.nn.one_hot(guess_BK, base_BKV.shape[-1]) * 30.0  # -1 → all zeros
+        return z, jnp.where((guess_BK >= 0)[..., None], base_BKV * 0.01 + hot_BKV, base_BKV)
+
+    Drafter.draft = draft
+    try:
+        yield
+    finally:
+        Drafter.draft = original
