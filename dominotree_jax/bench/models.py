@@ -15,6 +15,15 @@ DEFAULT_DRAFTER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_
 RANDOM = "random"
 
 
+def shipped_drafter() -> str | None:
+    """The shipped drafter directory, or None while it is not there."""
+    from dominotree_jax.assets import smollm2_drafter_path
+    try:
+        return smollm2_drafter_path()
+    except FileNotFoundError:
+        return None
+
+
 def random_smollm2_drafter(target_cfg, seed: int = 0):
     """(DrafterConfig, params): a random-init Domino drafter shaped for ``target_cfg``
     (one Qwen3 layer, block 8, taps (1, L/2, L-3), GRU 256, embedding 128)."""
@@ -41,7 +50,7 @@ def load_models(target_path: str | None = None, drafter: str | None = None):
     target_path = target_path or smollm2_gguf_path()
     target = dj.load_target(target_path)
     if drafter is None:
-        drafter = DEFAULT_DRAFTER if os.path.isdir(DEFAULT_DRAFTER) else RANDOM
+        drafter = shipped_drafter() or RANDOM
     if drafter == RANDOM:
         print("WARNING: no trained drafter: using a random-init Domino drafter (tau ~ 1: this "
               "measures the plumbing and its costs, not the speedup)", file=sys.stderr)
