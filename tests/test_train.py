@@ -15,7 +15,7 @@ from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.target import init_target_params
 from dominotree_jax.train import data as D
 from dominotree_jax.train.loss import curriculum_lambda
-from dominotree_jax.train.trainer import TrainConfig, Trainer, evaluate
+from dominotree_jax.train.trainer import TrainConfig, Trainer, evaluate, fill_untrained_rows
 
 TCFG = TargetConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -82,6 +82,14 @@ def test_curriculum_lambda():
     assert float(curriculum_lambda(25, 100)) == pytest.approx(0.5)
     assert float(curriculum_lambda(50, 100)) == 0.0
     assert float(curriculum_lambda(99, 100)) == 0.0
+
+
+def test_fill_untrained_rows():
+    w2 = jnp.arange(12.0).reshape(6, 2)
+    out = fill_untrained_rows({"embed_proj.2.weight": w2, "fc.weight": w2}, np.array([1, 3]))
+    np.testing.assert_array_equal(out["embed_proj.2.weight"][jnp.array([1, 3])], w2[jnp.array([1, 3])])
+    np.testing.assert_array_equal(out["embed_proj.2.weight"][0], (w2[1] + w2[3]) / 2)
+    assert out["fc.weight"] is w2
 
 
 def test_loss_decreases(setup):

@@ -1,13 +1,13 @@
 """Benchmark the decoding methods on HumanEval, MT-Bench and MATH500 prompts (batch 1).
 
     python -m dominotree_jax.bench [--datasets humaneval,mtbench,math500]
-        [--methods ar,dflash,domino,ddtree,dominotree] [--temperatures 0,1]
-        [--num-prompts 4] [--max-new-tokens 96] [--budget 16 --node-topk 8 --top-m 64]
+        [--methods ar,dflash,domino,ddtree,dominotree] [--temperatures 0,0.5,1]
+        [--num-prompts 3] [--max-new-tokens 80] [--budget 16 --node-topk 8 --top-m 64]
         [--drafter DIR|random] [--target PATH] [--out benchmarks/results]
 
 Writes ``bench.json``, ``bench.md``, ``tau_hist.png`` and ``speedup.png`` under ``--out``.
 The defaults are sized for a quick run on a 2-core CPU; a full run: ``--num-prompts 0``
-(every prompt), ``--temperatures 0,0.5,1`` and ``--max-new-tokens 256``. Without ``--drafter``
+(every prompt) and ``--max-new-tokens 256``. Without ``--drafter``
 the shipped ``dominotree_jax/assets/smollm2-domino`` is used, or a random-init Domino drafter
 (SmolLM2 shapes) when it is not there: τ is then ~1 and only the plumbing is measured.
 """
@@ -38,7 +38,7 @@ def parse_args(argv=None):
     ap.add_argument("--methods", type=_csv(str), default=d.methods,
                     help="ar is always run: it is the speed and identity reference")
     ap.add_argument("--temperatures", type=_csv(float), default=d.temperatures)
-    ap.add_argument("--num-prompts", type=int, default=4, help="per dataset; 0 = all")
+    ap.add_argument("--num-prompts", type=int, default=3, help="per dataset; 0 = all")
     ap.add_argument("--sample-seed", type=int, default=None,
                     help="pick a seeded sample of prompts instead of the first N")
     ap.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)

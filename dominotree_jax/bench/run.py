@@ -35,8 +35,8 @@ DEFAULT_BUCKETS = (128, 256, 512, 1024, 2048)
 @dataclasses.dataclass(frozen=True)
 class BenchSettings:
     methods: tuple[str, ...] = METHODS
-    temperatures: tuple[float, ...] = (0.0, 1.0)
-    max_new_tokens: int = 96
+    temperatures: tuple[float, ...] = (0.0, 0.5, 1.0)
+    max_new_tokens: int = 80
     budget: int = 16
     node_topk: int = 8
     top_m: int = 64

@@ -69,6 +69,27 @@ def init_params(dcfg: DrafterConfig, seed: int, tparams=None) -> dict:
     return flat
 
 
+def fill_untrained_rows(flat: dict, vocab_ids) -> dict:
+    """Correction-output rows (``embed_proj.2.weight``) of tokens outside the training softmax
+    subset get the mean of the trained rows.
+
+    A softmax over a subset is invariant to a common offset of all its logits, and the
+    correction uses that freedom: most of each trained row is a shared component (a large
+    common offset). Untrained rows are zero, so over the full vocabulary those tokens would
+    beat every trained one. Giving them the mean row gives them the same shared offset (the
+    mean of the token-specific parts), which restores the ranking.
+    """
+    if "embed_proj.2.weight" not in flat:
+        return flat
+    w2 = flat["embed_proj.2.weight"]
+    ids = jnp.asarray(vocab_ids, jnp.int32)
+    inside = jnp.zeros((w2.shape[0],), bool).at[ids].set(True)
+    mean = jnp.mean(jnp.take(w2, ids, axis=0), axis=0)
+    out = dict(flat)
+    out["embed_proj.2.weight"] = jnp.where(inside[:, None], w2, mean[None, :])
+    return out
+
+
 def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_index, *, dcfg,
                      tcfg, tc: TrainConfig):
     opt, sched = make_optimizer(tc)
@@ -130,8 +151,12 @@ class Trainer:
     # ------------------------------------------------------------------ state
     @property
     def params(self):
-        """The drafter parameters as an ``nnx.State`` (for ``save_drafter`` / decode)."""
-        return flat_to_state(self.dcfg, self.flat)
+        """The inference-ready drafter parameters as an ``nnx.State`` (for ``save_drafter`` /
+        decode): with a training vocabulary subset, see ``fill_untrained_rows``."""
+        flat = self.flat
+        if self.vocab_ids is not None:
+            flat = fill_untrained_rows(flat, self.vocab_ids)
+        return flat_to_state(self.dcfg, flat)
 
     def _state(self):
         return {"params": self.flat, "opt_state": self.opt_state,
