@@ -240,7 +240,7 @@ def main():
 
     print()
     cols = list(STAGES) + ["sum", "fused"]
-    print(f"| method | rows | " + " | ".join(cols) + " | sum / AR | build share |")
+    print("| method | rows | " + " | ".join(cols) + " | sum / AR | build share |")
     print("|---|---|" + "---|" * (len(cols) + 2))
     print(f"| ar (1 step) | 1 | – | – | {ar_ms:.1f} (1.00×) | – | – | {ar_ms:.1f} | – | 1.00 | – |")
     for m, n, t in rows:

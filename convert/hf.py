@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from convert.errors import CheckpointError
 from convert.params import fill_state
-from convert.safetensors_io import FLOAT_DTYPES, read_safetensors
+from convert.safetensors_io import read_safetensors
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.target import target_graphdef
 

@@ -14,7 +14,6 @@ from convert.errors import CheckpointError
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64,
            "I64": np.int64, "I32": np.int32}
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
-FLOAT_DTYPES = ("F32", "F16", "BF16")
 
 
 def read_safetensors(path: str) -> dict[str, np.ndarray]:

@@ -38,8 +38,8 @@ def test_end_to_end_writes_outputs_and_passes_identity(tiny_pair, tmp_path):
     settings = BenchSettings(methods=("ar", "dominotree"), temperatures=(0.0, 1.0),
                              max_new_tokens=12, budget=6, node_topk=3, top_m=8, buckets=(16,))
     out = str(tmp_path / "res")
-    result = run_and_report(tiny_pair, prompts, settings, out, target_name="tiny",
-                            drafter_name="tiny", command="pytest", progress=False)
+    run_and_report(tiny_pair, prompts, settings, out, target_name="tiny",
+                   drafter_name="tiny", command="pytest", progress=False)
     for name in ("bench.json", "bench.md", "tau_hist.png", "speedup.png"):
         assert os.path.getsize(os.path.join(out, name)) > 0, name
     saved = json.load(open(os.path.join(out, "bench.json")))

@@ -7,7 +7,6 @@ inside the tree block, the root, its ancestors and itself.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from dominotree_jax.model.cache import KVCache
