@@ -65,7 +65,7 @@ def main(argv=None):
     from dominotree_jax.bench import prompts as prompt_sets
     from dominotree_jax.bench.run import BenchSettings, run_and_report
 
-    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "dominotree_jax.bench"]
+    command = " ".join(shlex.quote(a) for a in ["python", "-m", "dominotree_jax.bench"]
                        + list(sys.argv[1:] if argv is None else argv))
     t0 = time.perf_counter()
     pair, target_name, drafter_name = load_models(args.target, args.drafter)

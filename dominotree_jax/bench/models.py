@@ -59,8 +59,8 @@ def load_models(target_path: str | None = None, drafter: str | None = None):
     else:
         from convert.drafter import load_drafter
         dcfg, dparams = load_drafter(drafter, target_cfg=target.config)
-        name = os.path.abspath(drafter)
-    return dj.Pair(target, dcfg, dparams), os.path.abspath(target_path), name
+        name = _portable(drafter)
+    return dj.Pair(target, dcfg, dparams), _portable(target_path), name
 
 
 def usable_methods(methods, drafter_cfg) -> tuple[str, ...]:
@@ -71,3 +71,13 @@ def usable_methods(methods, drafter_cfg) -> tuple[str, ...]:
     if dropped:
         print(f"WARNING: the drafter has no Domino head: skipping {dropped}", file=sys.stderr)
     return tuple(m for m in methods if m not in dropped)
+
+
+def _portable(path: str) -> str:
+    """A path as it reads on any machine: relative to the repository or to site-packages."""
+    path = os.path.abspath(path)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if path.startswith(repo + os.sep):
+        return os.path.relpath(path, repo)
+    marker = os.sep + "site-packages" + os.sep
+    return "<site-packages>/" + path.split(marker, 1)[1] if marker in path else path
