@@ -102,7 +102,7 @@ def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_ind
     (loss, m), grads = jax.value_and_grad(f, has_aux=True)(flat)
     updates, opt_state = opt.update(grads, opt_state, flat)
     flat = optax.apply_updates(flat, updates)
-    m = dict(m, lam=lam, lr=sched(step), grad_norm=optax.global_norm(grads))
+    m = dict(m, lam=lam, lr=sched(step), grad_norm=optax.tree.norm(grads))
     return flat, opt_state, m
 
 
