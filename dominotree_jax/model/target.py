@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.model.cache import KVCache, write_layer_rows
+from dominotree_jax.model.cache import KVCache, gather_rows, write_layer_rows
 from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend, matmul_t,
                                          rope_cos_sin, rope_inv_freq)
 
@@ -117,3 +117,23 @@ def causal_mask(batch: int, T: int, S: int, start_B=None):
     start_B = jnp.zeros((batch,), jnp.int32) if start_B is None else start_B
     q = start_B[:, None, None] + jnp.arange(T)[None, :, None]
     return jnp.arange(S)[None, None, :] <= q
+
+
+def prefill(target: Target, prompt_BT, lengths_B, max_len: int, tap_layers: tuple[int, ...] = ()):
+    """Forward a right-padded prompt batch into a fresh cache of ``max_len`` slots.
+
+    Row ``b`` holds its prompt in columns ``0 .. lengths[b]-1``; padding is never attended to.
+    Returns ``(ForwardOut, last_logits [B, V])`` with the logits after each row's last token.
+    """
+    cfg = target.cfg
+    B, T = prompt_BT.shape
+    cache = KVCache.zeros(cfg.num_hidden_layers, B, max_len, cfg.num_key_value_heads,
+                          cfg.head_dim, target.embed_tokens.weight[...].dtype)
+    pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    slot_S = jnp.arange(max_len)
+    mask_BTS = (slot_S[None, None, :] <= pos_BT[:, :, None]) & (
+        slot_S[None, None, :] < lengths_B[:, None, None])
+    out = target(prompt_BT, pos_BT, mask_BTS, cache, jnp.zeros((B,), jnp.int32),
+                 tap_layers=tap_layers)
+    last_logits_BV = target.logits(gather_rows(out.hidden, lengths_B[:, None] - 1)[:, 0])
+    return out, last_logits_BV

