@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 import dominotree_jax as dj  # noqa: E402
 from dominotree_jax.assets import smollm2_gguf_path  # noqa: E402
-from dominotree_jax.spec.decode_config import METHODS  # noqa: E402
+from dominotree_jax.decoding.config import METHODS  # noqa: E402
 
 SHIPPED_DRAFTER = Path(dj.__file__).parent / "assets" / "smollm2-domino"
 FALLBACK_PROMPTS = [

@@ -1,6 +1,6 @@
 """Per-round stage times of every method on SmolLM2-135M (batch 1), against one AR step.
 
-A round (``dominotree_jax/spec/decode.py``) is: draft (drafter block forward) → build (chain
+A round (``dominotree_jax/decoding/decode.py``) is: draft (drafter block forward) → build (chain
 or tree, with its verify mask) → verify (target forward over ``1+N`` rows against a committed
 cache of ``--context`` tokens) → accept (argmax + tree walk) → commit (target cache compaction
 + drafter context extend). Each stage is its own jitted function over the real code
@@ -32,9 +32,9 @@ from dominotree_jax.bench.models import load_models, usable_methods  # noqa: E40
 from dominotree_jax.model.cache import KVCache, compact_rows, gather_rows  # noqa: E402
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter, dflash_chain  # noqa: E402
 from dominotree_jax.model.target import bind_target  # noqa: E402
-from dominotree_jax.spec import draft as spec_draft  # noqa: E402
-from dominotree_jax.spec.accept import accept_walk  # noqa: E402
-from dominotree_jax.spec.verify import verify  # noqa: E402
+from dominotree_jax.decoding import draft as spec_draft  # noqa: E402
+from dominotree_jax.decoding.accept import accept_walk  # noqa: E402
+from dominotree_jax.decoding.verify import verify  # noqa: E402
 
 STAGES = ("draft", "build", "verify", "accept", "commit")
 

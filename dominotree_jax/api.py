@@ -13,8 +13,8 @@ import jax.numpy as jnp
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.target import bind_target, causal_mask
-from dominotree_jax.spec.decode import decode
-from dominotree_jax.spec.decode_config import DecodeConfig
+from dominotree_jax.decoding.decode import decode
+from dominotree_jax.decoding.config import DecodeConfig
 
 
 @dataclasses.dataclass

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dominotree_jax.spec.decode import decode
-from dominotree_jax.spec.decode_config import METHODS
+from dominotree_jax.decoding.decode import decode
+from dominotree_jax.decoding.config import METHODS
 
 DEFAULT_BUCKETS = (128, 256, 512, 1024, 2048)
 

@@ -34,12 +34,12 @@ class DecoderLayer(nnx.Module):
 
 
 class ForwardOut(NamedTuple):
-    hidden: jax.Array   # [B, T, H] after the final norm (feed to ``Target.logits``)
+    hidden: jax.Array   # [B, T, H] after the final norm (feed to ``TargetModel.logits``)
     taps: jax.Array     # [B, T, len(tap_layers) * H] concatenated tapped layer outputs
     cache: KVCache
 
 
-class Target(nnx.Module):
+class TargetModel(nnx.Module):
     def __init__(self, cfg: TargetConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
         self.cfg = cfg
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, rngs=rngs)
@@ -91,13 +91,13 @@ class Target(nnx.Module):
 
 @functools.lru_cache(maxsize=None)
 def target_graphdef(cfg: TargetConfig, dtype_name: str = "float32"):
-    """(graphdef, abstract state) of a ``Target`` for ``cfg``: no arrays are allocated."""
-    abstract = nnx.eval_shape(lambda: Target(cfg, dtype=jnp.dtype(dtype_name), rngs=nnx.Rngs(0)))
+    """(graphdef, abstract state) of a ``TargetModel`` for ``cfg``: no arrays are allocated."""
+    abstract = nnx.eval_shape(lambda: TargetModel(cfg, dtype=jnp.dtype(dtype_name), rngs=nnx.Rngs(0)))
     return nnx.split(abstract)
 
 
-def bind_target(cfg: TargetConfig, params) -> Target:
-    """A ``Target`` module over the parameter pytree ``params`` (an ``nnx.State``); jit-safe."""
+def bind_target(cfg: TargetConfig, params) -> TargetModel:
+    """A ``TargetModel`` module over the parameter pytree ``params`` (an ``nnx.State``); jit-safe."""
     graphdef, _ = target_graphdef(cfg, _params_dtype(params))
     return nnx.merge(graphdef, params)
 
@@ -109,7 +109,7 @@ def _params_dtype(params) -> str:
 
 def init_target_params(cfg: TargetConfig, seed: int = 0, dtype=jnp.float32):
     """Random parameters (tests, examples)."""
-    return nnx.state(Target(cfg, dtype=dtype, rngs=nnx.Rngs(seed)))
+    return nnx.state(TargetModel(cfg, dtype=dtype, rngs=nnx.Rngs(seed)))
 
 
 def causal_mask(batch: int, T: int, S: int, start_B=None):
@@ -119,7 +119,7 @@ def causal_mask(batch: int, T: int, S: int, start_B=None):
     return jnp.arange(S)[None, None, :] <= q
 
 
-def prefill(target: Target, prompt_BT, lengths_B, max_len: int, tap_layers: tuple[int, ...] = ()):
+def prefill(target: TargetModel, prompt_BT, lengths_B, max_len: int, tap_layers: tuple[int, ...] = ()):
     """Forward a right-padded prompt batch into a fresh cache of ``max_len`` slots.
 
     Row ``b`` holds its prompt in columns ``0 .. lengths[b]-1``; padding is never attended to.

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from dominotree_jax.model.drafter import dflash_chain
-from dominotree_jax.spec.decode_config import DecodeConfig
+from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.tree import build_tree, tree_attention
 
 

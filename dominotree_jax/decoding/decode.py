@@ -18,10 +18,10 @@ from dominotree_jax.model.cache import KVCache, compact_rows, gather_rows
 from dominotree_jax.model.drafter import DrafterContext
 from dominotree_jax.model.target import bind_target, prefill
 from dominotree_jax.sampling import sample_tokens, sampling_logprobs
-from dominotree_jax.spec.accept import accept_walk
-from dominotree_jax.spec.decode_config import DecodeConfig
-from dominotree_jax.spec.draft import Draft, bind_drafter_for, draft_round, tap_layers_for
-from dominotree_jax.spec.verify import verify
+from dominotree_jax.decoding.accept import accept_walk
+from dominotree_jax.decoding.config import DecodeConfig
+from dominotree_jax.decoding.draft import Draft, bind_drafter_for, draft_round, tap_layers_for
+from dominotree_jax.decoding.verify import verify
 
 PAD = -1  # token value after ``num_tokens``
 
