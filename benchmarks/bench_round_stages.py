@@ -4,8 +4,8 @@ A round (``dominotree_jax/decoding/decode.py``) is: draft (drafter block forward
 or tree, with its verify mask) → verify (target forward over ``1+N`` rows against a committed
 cache of ``--context`` tokens) → accept (argmax + tree walk) → commit (target cache compaction
 + drafter context extend). Each stage is its own jitted function over the real code
-(``Drafter.draft``, ``spec.draft``'s chain/tree builders, ``spec.verify.verify``,
-``spec.accept.accept_walk``, ``model.cache.compact_rows``, ``Drafter.extend_context``), fed the
+(``Drafter.draft``, ``decoding.draft.chain_draft``/``tree_draft``, ``decoding.verify.verify``,
+``decoding.accept.accept_walk``, ``decoding.commit.commit``), fed the
 previous stage's real outputs; caches are donated as in the decode loop. Each time is the median
 of ``--repeats`` calls after warm-up. "fused" is the same round as a single jitted function.
 The AR step is the ``ar`` round: a one-row verify plus argmax.
@@ -29,12 +29,13 @@ import numpy as np  # noqa: E402
 
 from dominotree_jax.bench import prompts as prompt_sets  # noqa: E402
 from dominotree_jax.bench.models import load_models, usable_methods  # noqa: E402
-from dominotree_jax.model.cache import KVCache, compact_rows, gather_rows  # noqa: E402
-from dominotree_jax.model.drafter import DrafterContext, bind_drafter, dflash_chain  # noqa: E402
-from dominotree_jax.model.target import bind_target  # noqa: E402
-from dominotree_jax.decoding import draft as spec_draft  # noqa: E402
+from dominotree_jax.decoding import draft as drafting  # noqa: E402
 from dominotree_jax.decoding.accept import accept_walk  # noqa: E402
+from dominotree_jax.decoding.commit import commit as commit_round  # noqa: E402
+from dominotree_jax.decoding.config import CHAIN_METHODS  # noqa: E402
 from dominotree_jax.decoding.verify import verify  # noqa: E402
+from dominotree_jax.model.drafter import DrafterContext, bind_drafter  # noqa: E402
+from dominotree_jax.model.target import bind_target, prefill  # noqa: E402
 
 STAGES = ("draft", "build", "verify", "accept", "commit")
 
@@ -69,7 +70,7 @@ class Stages:
 
     def __init__(self, pair, config):
         self.cfg = config
-        self.taps = spec_draft.tap_layers_for(config)
+        self.taps = drafting.tap_layers_for(config)
         tcfg, dcfg = pair.target.config, pair.drafter_config
 
         def bound(params):
@@ -79,39 +80,37 @@ class Stages:
             target, drafter = bound(params)
             return drafter.draft(target, ctx, t0_B, start_B)
 
-        def build(params, z_BKH, base_BKV, t0_B):
+        def build(params, z_BJH, base_BJV, t0_B):
             target, drafter = bound(params)
-            if config.method == "dflash":
-                return spec_draft._chain(dflash_chain(base_BKV)[0])
-            if config.method == "domino":
-                return spec_draft._chain(drafter.domino_chain(target, z_BKH, base_BKV, t0_B)[0])
-            return spec_draft._tree(config, target, drafter, z_BKH, base_BKV, t0_B)
+            builder = (drafting.chain_draft if config.method in CHAIN_METHODS
+                       else drafting.tree_draft)
+            return builder(config, target, drafter, z_BJH, base_BJV, t0_B)
 
-        def verify_stage(params, cache, t0_B, start_B, d: spec_draft.Draft):
+        def verify_stage(params, cache, t0_B, start_B, d: drafting.Draft):
             target, _ = bound(params)
             return verify(target, cache, t0_B, start_B, d.tokens_BN, d.depths_BN,
                           d.ancestor_BRR, self.taps)
 
-        def accept(logits_BRV, d: spec_draft.Draft):
+        def accept(logits_BRV, d: drafting.Draft):
             post_BR = jnp.argmax(logits_BRV, axis=-1).astype(jnp.int32)
             return accept_walk(d.tokens_BN, d.parents_BN, d.valid_BN, post_BR, config.max_depth)
 
-        def commit(params, cache, ctx, taps_BRF, start_B, acc):
+        def commit(params, cache, ctx, d, taps_BRF, start_B, acc):
             _, drafter = bound(params)
-            src_BP = start_B[:, None] + acc.rows_BP
-            cache = KVCache(compact_rows(cache.k, start_B, src_BP),
-                            compact_rows(cache.v, start_B, src_BP))
-            pos_BP = start_B[:, None] + jnp.arange(acc.rows_BP.shape[1])[None]
-            ctx = drafter.extend_context(ctx, gather_rows(taps_BRF, acc.rows_BP), pos_BP,
-                                         start_B, acc.num_nodes_B + 1)
-            return cache, ctx
+            B = start_B.shape[0]
+            out_BO = jnp.zeros((B, config.max_new_tokens + config.max_depth + 1), jnp.int32)
+            c = commit_round(cache, ctx, drafter, out_BO, out_BO.astype(jnp.float32), draft=d,
+                             acc=acc, taps_BRF=taps_BRF, path_logprobs_BPV=None,
+                             start_B=start_B, n_B=jnp.ones((B,), jnp.int32),
+                             done_B=jnp.zeros((B,), bool))
+            return c.cache, c.ctx
 
         def fused(params, cache, ctx, t0_B, start_B):
             z, base = draft(params, ctx, t0_B, start_B)
             d = build(params, z, base, t0_B)
             logits, taps, cache = verify_stage(params, cache, t0_B, start_B, d)
             acc = accept(logits, d)
-            return commit(params, cache, ctx, taps, start_B, acc)
+            return commit(params, cache, ctx, d, taps, start_B, acc)
 
         self.draft = jax.jit(draft)
         self.build = jax.jit(build)
@@ -124,7 +123,7 @@ class Stages:
 def ar_step(pair, config):
     """The jitted ``ar`` round: one-row verify (cache donated) + argmax."""
     tcfg = pair.target.config
-    empty = spec_draft.draft_round(config, None, None, None, jnp.zeros((1,), jnp.int32), None)
+    empty = drafting.draft_round(config, None, None, None, jnp.zeros((1,), jnp.int32), None)
 
     def step(params, cache, t0_B, start_B):
         target = bind_target(tcfg, params["target"])
@@ -165,18 +164,15 @@ def main():
     zero_B = jnp.zeros((1,), jnp.int32)
 
     @jax.jit
-    def prefill(params, ids_BT):
+    def prefill_context(params, ids_BT):
         target = bind_target(tcfg, params["target"])
         drafter = bind_drafter(dcfg, params["drafter"])
-        mask_BTS = jnp.arange(S)[None, None, :] <= pos_BT[:, :, None]
-        cache = KVCache.zeros(tcfg.num_hidden_layers, 1, S, tcfg.num_key_value_heads,
-                              tcfg.head_dim)
-        pre = target(ids_BT, pos_BT, mask_BTS, cache, zero_B, tap_layers=taps)
+        pre, _ = prefill(target, ids_BT, jnp.full((1,), C, jnp.int32), S, taps)
         ctx = drafter.extend_context(DrafterContext.zeros(dcfg, 1, S), pre.taps, pos_BT, zero_B,
                                      jnp.full((1,), C, jnp.int32))
         return pre.cache, ctx
 
-    cache0, ctx0 = prefill(params, ids_BT[:, :C])
+    cache0, ctx0 = prefill_context(params, ids_BT[:, :C])
     t0_B, start_B = ids_BT[:, C], jnp.full((1,), C, jnp.int32)
     copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731  (fresh buffers to donate)
 
@@ -208,8 +204,8 @@ def main():
             state["cache"] = out[2]
             jax.block_until_ready(out)
 
-        def run_commit(state, st=st, taps_BRF=taps_BRF, acc=acc):
-            state["cache"], state["ctx"] = st.commit(params, state["cache"], state["ctx"],
+        def run_commit(state, st=st, d=d, taps_BRF=taps_BRF, acc=acc):
+            state["cache"], state["ctx"] = st.commit(params, state["cache"], state["ctx"], d,
                                                      taps_BRF, start_B, acc)
             jax.block_until_ready(state["ctx"])
 

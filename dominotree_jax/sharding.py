@@ -78,13 +78,6 @@ def param_spec(names: tuple[str, ...], shape: tuple[int, ...], model_size: int,
     return spec if shape[dim] % model_size == 0 else P()
 
 
-def param_specs(params, mesh: Mesh, shard_vocab: bool = False):
-    """The ``PartitionSpec`` pytree of ``params`` (``{"target": ..., "drafter": ...}``)."""
-    size = mesh.shape[MODEL]
-    return jax.tree_util.tree_map_with_path(
-        lambda path, x: param_spec(_names(path), np.shape(x), size, shard_vocab), params)
-
-
 def shard_params(params, mesh: Mesh, shard_vocab: bool = False):
     """``params`` placed on ``mesh`` with ``NamedSharding`` (see the module docstring)."""
     size = mesh.shape[MODEL]

@@ -1,7 +1,7 @@
 """Pallas kernels for the tree builder (GPU via Triton; interpret mode on CPU for tests).
 
-Modules: ``pallas_kernels.topm_expand`` (the DominoTree top-M expansion of one popped node) and
-``pallas_kernels.gpu_check`` (a script checking and timing it on a GPU). Import from the modules
-(``from pallas_kernels.topm_expand import topm_expand``); the package does not re-export the
-function, which would shadow the submodule of the same name.
+A leaf package: it imports nothing from ``dominotree_jax`` or ``convert``.
+``pallas_kernels.topm_expand``: the DominoTree top-M expansion of one popped node (its jnp twin
+and the split projection it consumes live in ``dominotree_jax/domino_head.py``). The GPU check
+and timings are in ``benchmarks/gpu_suite.py``.
 """

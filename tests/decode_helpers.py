@@ -29,7 +29,7 @@ def fresh_jit_decode():
 
 
 def oracle_table(prompt_BT, lengths_B, gen_BN, vocab, depth):
-    """int32 ``[S, V, K]``: the token depth ``d`` should guess for a block at ``start`` whose
+    """int32 ``[S, V, J]``: the token depth ``d`` should guess for a block at ``start`` whose
     ``t0`` is ``v`` (-1: no guess). Right (from the AR continuation) unless ``start + d`` is
     ``3 mod 4``, where it stays silent and the random drafter guesses instead."""
     seqs = [np.concatenate([p[:n], g]) for p, n, g in zip(prompt_BT, lengths_B, gen_BN)]
@@ -44,15 +44,15 @@ def oracle_table(prompt_BT, lengths_B, gen_BN, vocab, depth):
 
 
 @contextlib.contextmanager
-def lookup_drafter(table_SVK):
+def lookup_drafter(table_SVJ):
     """Patch ``Drafter.draft``: where the table has a guess, it dominates the base logits."""
     original = Drafter.draft
 
-    def draft(self, target, ctx, t0_B, start_B, mask_token_id=None):
-        z, base_BKV = original(self, target, ctx, t0_B, start_B, mask_token_id)
-        guess_BK = table_SVK[jnp.clip(start_B, 0, table_SVK.shape[0] - 1), t0_B]
-        hot_BKV = jax.nn.one_hot(guess_BK, base_BKV.shape[-1]) * 30.0  # -1 → all zeros
-        return z, jnp.where((guess_BK >= 0)[..., None], base_BKV * 0.01 + hot_BKV, base_BKV)
+    def draft(self, target, ctx, t0_B, start_B):
+        z, base_BJV = original(self, target, ctx, t0_B, start_B)
+        guess_BJ = table_SVJ[jnp.clip(start_B, 0, table_SVJ.shape[0] - 1), t0_B]
+        hot_BJV = jax.nn.one_hot(guess_BJ, base_BJV.shape[-1]) * 30.0  # -1 → all zeros
+        return z, jnp.where((guess_BJ >= 0)[..., None], base_BJV * 0.01 + hot_BJV, base_BJV)
 
     Drafter.draft = draft
     try:

@@ -38,10 +38,10 @@ def scripted_drafter(continuation, wrong: bool = False):
     seq = jnp.asarray(continuation, jnp.int32)
     original = Drafter.draft
 
-    def draft(self, target, ctx, t0_B, start_B, mask_token_id=None):
-        z, base = original(self, target, ctx, t0_B, start_B, mask_token_id)
-        K, V = base.shape[1], base.shape[2]
-        idx = jnp.clip(start_B[:, None] + 1 + jnp.arange(K)[None], 0, seq.shape[0] - 1)
+    def draft(self, target, ctx, t0_B, start_B):
+        z, base = original(self, target, ctx, t0_B, start_B)
+        J, V = base.shape[1], base.shape[2]
+        idx = jnp.clip(start_B[:, None] + 1 + jnp.arange(J)[None], 0, seq.shape[0] - 1)
         sign = -1.0 if wrong else 1.0
         return z, base * 0.01 + sign * 30.0 * jax.nn.one_hot(seq[idx], V)
 

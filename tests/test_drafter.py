@@ -17,9 +17,11 @@ from convert.drafter import load_drafter, save_drafter
 from convert.errors import CheckpointError
 from convert.params import fill_state, flat_names, state_to_flat
 from convert.safetensors_io import read_safetensors, write_safetensors
-from dominotree_jax.config import ConfigError, DrafterConfig, TargetConfig, default_tap_layers
-from dominotree_jax.model.drafter import (DrafterContext, bind_drafter, check_pair, dflash_chain,
-                                          drafter_graphdef, init_drafter_params)
+from dominotree_jax.config import (ConfigError, DrafterConfig, TargetConfig, check_pair,
+                                   default_tap_layers)
+from dominotree_jax.domino_head import dflash_chain, domino_chain
+from dominotree_jax.model.drafter import (DrafterContext, bind_drafter, drafter_graphdef,
+                                          init_drafter_params)
 from dominotree_jax.model.target import bind_target, target_graphdef
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -102,10 +104,10 @@ def _jax_draft(cfg, dparams, tparams, feats, t0):
         ctx = d.extend_context(ctx, f1, p1, zero, jnp.asarray(PIECE1, jnp.int32))
         ctx = d.extend_context(ctx, f2, p2, jnp.asarray(PIECE1, jnp.int32),
                                jnp.asarray(CTX_LEN - PIECE1, jnp.int32))
-        z, base = d.draft(tgt, ctx, t0, ctx.length, cfg.mask_token_id)
+        z, base = d.draft(tgt, ctx, t0, ctx.length)
         out = (ctx.length, z, base) + dflash_chain(base)
         if cfg.is_domino:
-            out += d.domino_chain(tgt, z, base, t0, cfg.pure_draft_prefix_len)
+            out += domino_chain(d.head_weights(tgt), z, base, t0, cfg.pure_draft_prefix_len)
         return out
 
     f1, p1 = piece(np.zeros(batch, np.int64), PIECE1)

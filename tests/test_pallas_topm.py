@@ -10,7 +10,15 @@ import pytest
 
 from dominotree_jax.tree import build_tree
 from dominotree_jax.tree.reference import build_tree_numpy
-from pallas_kernels.topm_expand import topm_expand, topm_expand_jnp, topm_expand_pallas
+from dominotree_jax.domino_head import topm_expand
+
+
+def topm_expand_jnp(*ops, k):
+    return topm_expand(*ops, k, use_pallas=False)
+
+
+def topm_expand_pallas(*ops, k, interpret=False):
+    return topm_expand(*ops, k, use_pallas="interpret" if interpret else True)
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -82,7 +90,7 @@ def test_auto_is_jnp_on_cpu():
         pytest.skip("auto selects Pallas on GPU")
     ops = operands(2, 24, 8, 12, 30)
     a = topm_expand(*ops, 4)
-    b = topm_expand_jnp(*ops, 4)
+    b = topm_expand_jnp(*ops, k=4)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
 
@@ -124,7 +132,7 @@ def _lower_for_cuda(fn, *shapes):
                                        (40, 24, 20, 300, 16), (24, 8, 12, 5, 1)])
 def test_kernel_lowers_to_triton(H, G, E, M, k):
     """The kernel goes through the Pallas->Triton lowering (op support, power-of-two blocks)
-    without a GPU; only the final Triton->PTX compilation needs one (see gpu_check.py)."""
+    without a GPU; only the final Triton->PTX compilation needs one (benchmarks/gpu_suite.py)."""
     f32 = np.float32
     fn = functools.partial(topm_expand_pallas, k=k)
     text = _lower_for_cuda(fn, ((H,), f32), ((G,), f32), ((E, H + G), f32), ((M,), f32),

@@ -1,4 +1,4 @@
-"""Tree acceptance (SPEC §5): walk from the root following the target's own choices.
+"""Tree acceptance (docs/algorithm.md §5): walk from the root following the target's own choices.
 
 Rows: ``0`` is the root (``t0``); row ``i + 1`` is draft node ``i``. ``post_BR[b, r]`` is the
 target's choice after row ``r`` (argmax or an independent sample). Fixed shapes: the walk
@@ -14,7 +14,8 @@ import jax.numpy as jnp
 
 
 class Accepted(NamedTuple):
-    rows_BP: jax.Array    # [B, max_depth+1] verify rows of root + accepted path (padded by repeating the last)
+    rows_BP: jax.Array      # [B, P] verify rows of the root + accepted path (P = max_depth + 1;
+    #                         padded by repeating the last)
     num_nodes_B: jax.Array  # [B] accepted draft nodes (tau = num_nodes + 1)
     bonus_B: jax.Array    # [B] the target's token after the last accepted row
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.sampling import validate_sampling
+from dominotree_jax.tree.builder import TREE_METHODS, check_settings
 
-METHODS = ("ar", "dflash", "domino", "ddtree", "dominotree")
 CHAIN_METHODS = ("dflash", "domino")
-TREE_METHODS = ("ddtree", "dominotree")
+METHODS = ("ar",) + CHAIN_METHODS + TREE_METHODS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,16 +48,12 @@ class DecodeConfig:
                 raise ValueError(f"drafter block_size must be >= 2, got "
                                  f"{self.drafter.block_size}")
         if self.method in TREE_METHODS:
-            if self.budget < 1 or self.node_topk < 1:
-                raise ValueError("budget and node_topk must be >= 1")
-            if self.node_topk > self.target.vocab_size:
-                raise ValueError(f"node_topk={self.node_topk} exceeds the vocabulary")
-            if self.top_m and self.top_m < self.node_topk and self.method == "dominotree":
-                raise ValueError(f"top_m={self.top_m} must be 0 or >= node_topk={self.node_topk}")
-        if self.method == "dominotree" and getattr(self.drafter, "projector_type", None) != "domino":
-            raise ValueError("method 'dominotree' needs a Domino drafter (projector_type 'domino')")
-        if self.method == "domino" and getattr(self.drafter, "projector_type", None) != "domino":
-            raise ValueError("method 'domino' needs a Domino drafter (projector_type 'domino')")
+            check_settings(self.drafter.num_draft_positions, self.target.vocab_size,
+                           method=self.method, budget=self.budget, node_topk=self.node_topk,
+                           top_m=self.top_m, prefix_len=self.drafter.pure_draft_prefix_len)
+        if self.method in ("domino", "dominotree") and not self.drafter.is_domino:
+            raise ValueError(f"method {self.method!r} needs a Domino drafter "
+                             "(projector_type 'domino')")
         bad = [s for s in self.stop_ids if not 0 <= s < self.target.vocab_size]
         if bad:
             raise ValueError(f"stop ids outside the vocabulary: {bad}")

@@ -1,8 +1,10 @@
-"""``decode``: prefill, then a ``jax.lax.while_loop`` of rounds (draft → verify → accept → commit).
+"""``decode``: prefill, then a ``jax.lax.while_loop`` of rounds (docs/algorithm.md §5).
 
+One round, for every batch row, is the four steps in their files:
+``draft.draft_round`` → ``verify.verify`` → ``accept.accept_walk`` → ``commit.commit``.
 Every method is a tree: ``ar`` drafts nothing (one verify row, the bonus), the chain methods
-draft a chain, the tree methods a best-first tree. One round commits ``tau = accepted + 1``
-tokens per batch row; rows finish independently on a stop token or ``max_new_tokens``.
+draft a chain, the tree methods a best-first tree. A round commits ``tau = accepted + 1``
+tokens per row; rows finish independently on a stop token or ``max_new_tokens``.
 Batches are right-padded: row ``b`` holds its prompt in columns ``0 .. prompt_lengths[b]-1``.
 """
 
@@ -14,36 +16,42 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dominotree_jax.model.cache import KVCache, compact_rows, gather_rows
+from dominotree_jax.decoding.accept import accept_walk
+from dominotree_jax.decoding.commit import PAD, commit
+from dominotree_jax.decoding.config import DecodeConfig
+from dominotree_jax.decoding.draft import bind_drafter_for, draft_round, tap_layers_for
+from dominotree_jax.decoding.verify import verify
+from dominotree_jax.model.cache import KVCache, gather_rows
 from dominotree_jax.model.drafter import DrafterContext
 from dominotree_jax.model.target import bind_target, prefill
 from dominotree_jax.sampling import sample_tokens, sampling_logprobs
-from dominotree_jax.decoding.accept import accept_walk
-from dominotree_jax.decoding.config import DecodeConfig
-from dominotree_jax.decoding.draft import Draft, bind_drafter_for, draft_round, tap_layers_for
-from dominotree_jax.decoding.verify import verify
-
-PAD = -1  # token value after ``num_tokens``
 
 
 class DecodeOutput(NamedTuple):
-    tokens: jax.Array          # [B, max_new_tokens] int32, PAD after num_tokens
-    num_tokens: jax.Array      # [B] int32
-    accept_lengths: jax.Array  # [B, max_new_tokens] int32 tau per round (0 = no round)
-    num_rounds: jax.Array      # [B] int32
+    """What ``decode`` returns (``B`` batch rows; ``max_new_tokens`` columns)."""
+    tokens: jax.Array          # [B, max_new_tokens] int32, PAD (-1) after num_tokens
+    num_tokens: jax.Array      # [B] int32 tokens generated (stop token included)
+    accept_lengths: jax.Array  # [B, max_new_tokens] int32 tokens committed per round, 0 = none
+    num_rounds: jax.Array      # [B] int32 rounds this row took part in
     logprobs: jax.Array        # [B, max_new_tokens] float32 (zeros unless return_logprobs)
 
 
-class _Loop(NamedTuple):
-    cache: KVCache
-    ctx: Any
-    out_BO: jax.Array
-    logp_BO: jax.Array
-    n_B: jax.Array        # tokens generated so far; t0 = out[n-1] sits at position len + n - 1
-    done_B: jax.Array
-    rounds_B: jax.Array
-    taus_BR: jax.Array
-    key: jax.Array
+class LoopState(NamedTuple):
+    """The ``while_loop`` carry. ``S`` cache slots, ``O = max_new_tokens + max_depth + 1``
+    output slots (room for the last round's overshoot), ``R`` = 1 + draft nodes.
+
+    Row ``b``'s next round starts from token ``t0 = out_BO[b, n_B[b] - 1]`` at absolute position
+    ``prompt_lengths[b] + n_B[b] - 1``; cache slots below that position are committed.
+    """
+    cache: KVCache        # target K/V [L, B, S, K, D] each
+    ctx: Any              # DrafterContext (drafter K/V of committed rows) or None for ``ar``
+    out_BO: jax.Array     # [B, O] int32 generated tokens, PAD beyond n_B
+    logp_BO: jax.Array    # [B, O] float32 their log-probs (zeros unless return_logprobs)
+    n_B: jax.Array        # [B] int32 tokens generated so far (>= 1 after prefill)
+    done_B: jax.Array     # [B] bool: stopped (stop id or max_new_tokens)
+    rounds_B: jax.Array   # [B] int32 rounds taken
+    taus_BX: jax.Array    # [B, max_new_tokens] int32 tokens committed in each round
+    key: jax.Array        # PRNG key for sampling
 
 
 def cache_length(config: DecodeConfig, prompt_len: int) -> int:
@@ -86,7 +94,10 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     ``params``: ``{"target": state, "drafter": state or None}``. Pure and jittable:
     ``jax.jit(decode, static_argnames="config")``.
     """
-    prompt_BT = jnp.asarray(prompt, jnp.int32)
+    prompt_BT = jnp.asarray(prompt)
+    if not jnp.issubdtype(prompt_BT.dtype, jnp.integer):
+        raise ValueError(f"prompt must hold integer token ids, got dtype {prompt_BT.dtype}")
+    prompt_BT = prompt_BT.astype(jnp.int32)
     if prompt_BT.ndim == 1:
         prompt_BT = prompt_BT[None]
     B, T = prompt_BT.shape
@@ -95,85 +106,69 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     _check_inputs(prompt_BT, lengths_B, config, key)
     key = jax.random.key(0) if key is None else key
     S = cache_length(config, T)
-    tcfg = config.target
-    target = bind_target(tcfg, params["target"])
+    target = bind_target(config.target, params["target"])
     drafter = bind_drafter_for(config, params.get("drafter"))
     taps = tap_layers_for(config)
     dtype = jax.tree.leaves(params["target"])[0].dtype
 
+    # prefill: the prompt's K/V and tapped features, and the first token
     pre, last_logits_BV = prefill(target, prompt_BT, lengths_B, S, taps)
-    pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
     key, sub = jax.random.split(key)
     first_B = sample_tokens(sub, last_logits_BV, config.temperature, config.top_k, config.top_p)
     ctx = None
     if drafter is not None:
-        ctx = drafter.extend_context(DrafterContext.zeros(drafter.cfg, B, S, dtype), pre.taps, pos_BT,
-                                     jnp.zeros((B,), jnp.int32), lengths_B)
+        pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+        ctx = drafter.extend_context(DrafterContext.zeros(drafter.cfg, B, S, dtype), pre.taps,
+                                     pos_BT, jnp.zeros((B,), jnp.int32), lengths_B)
 
     O = config.max_new_tokens + config.max_depth + 1
     out_BO = jnp.full((B, O), PAD, jnp.int32).at[:, 0].set(first_B)
     logp_BO = jnp.zeros((B, O), jnp.float32)
     if config.return_logprobs:
-        lp = sampling_logprobs(last_logits_BV, config.temperature, config.top_k, config.top_p)
-        logp_BO = logp_BO.at[:, 0].set(jnp.take_along_axis(lp, first_B[:, None], 1)[:, 0])
+        lp_BV = sampling_logprobs(last_logits_BV, config.temperature, config.top_k, config.top_p)
+        logp_BO = logp_BO.at[:, 0].set(jnp.take_along_axis(lp_BV, first_B[:, None], 1)[:, 0])
     n_B = jnp.ones((B,), jnp.int32)
     done_B = _finished(out_BO, n_B - 1, n_B, config)
     n_B = jnp.where(done_B, _stop_length(out_BO, jnp.zeros_like(n_B), n_B, config), n_B)
-    state = _Loop(pre.cache, ctx, out_BO, logp_BO, n_B, done_B, jnp.zeros((B,), jnp.int32),
-                  jnp.zeros((B, config.max_new_tokens), jnp.int32), key)
+    state = LoopState(pre.cache, ctx, out_BO, logp_BO, n_B, done_B, jnp.zeros((B,), jnp.int32),
+                      jnp.zeros((B, config.max_new_tokens), jnp.int32), key)
 
-    def round_fn(s: _Loop) -> _Loop:
+    def round_fn(s: LoopState) -> LoopState:
         start_B = lengths_B + s.n_B - 1
         t0_B = jnp.take_along_axis(s.out_BO, (s.n_B - 1)[:, None], 1)[:, 0]
-        draft: Draft = draft_round(config, target, drafter, s.ctx, t0_B, start_B)
+        # 1. draft
+        draft = draft_round(config, target, drafter, s.ctx, t0_B, start_B)
+        # 2. verify
         logits_BRV, taps_BRF, cache = verify(target, s.cache, t0_B, start_B, draft.tokens_BN,
                                              draft.depths_BN, draft.ancestor_BRR, taps)
+        # 3. accept
         key, sub = jax.random.split(s.key)
         post_BR = sample_tokens(sub, logits_BRV, config.temperature, config.top_k, config.top_p)
         acc = accept_walk(draft.tokens_BN, draft.parents_BN, draft.valid_BN, post_BR,
                           config.max_depth)
-        # commit: the root + accepted path move to contiguous slots start .. start+a
-        if acc.rows_BP.shape[1] > 1:  # (ar: the single root row is already in place)
-            src_BP = start_B[:, None] + acc.rows_BP
-            cache = KVCache(compact_rows(cache.k, start_B, src_BP),
-                            compact_rows(cache.v, start_B, src_BP))
-        ctx = s.ctx
-        if drafter is not None:
-            path_pos_BP = start_B[:, None] + jnp.arange(acc.rows_BP.shape[1])[None]
-            ctx = drafter.extend_context(ctx, gather_rows(taps_BRF, acc.rows_BP), path_pos_BP,
-                                         start_B, acc.num_nodes_B + 1)
-        # new tokens: accepted node tokens, then the bonus
-        node_tok_BP = jnp.take_along_axis(draft.tokens_BN, jnp.maximum(acc.rows_BP - 1, 0), 1)
-        P = acc.rows_BP.shape[1]
-        j_P = jnp.arange(P)
-        new_BP = jnp.where(j_P[None] < acc.num_nodes_B[:, None],
-                           jnp.roll(node_tok_BP, -1, axis=1), acc.bonus_B[:, None])
-        new_BP = jnp.where(j_P[None] <= acc.num_nodes_B[:, None], new_BP, PAD)
-        idx_BP = s.n_B[:, None] + j_P[None]
-        rows_B = jnp.arange(B)[:, None]
-        keep_BP = (j_P[None] <= acc.num_nodes_B[:, None]) & ~s.done_B[:, None]
-        out_BO = s.out_BO.at[rows_B, jnp.where(keep_BP, idx_BP, O)].set(new_BP, mode="drop")
-        logp_BO = s.logp_BO
+        # 4. commit
+        path_lp_BPV = None
         if config.return_logprobs:
-            lp_BPV = sampling_logprobs(gather_rows(logits_BRV, acc.rows_BP), config.temperature,
-                                       config.top_k, config.top_p)
-            lp_BP = jnp.take_along_axis(lp_BPV, jnp.maximum(new_BP, 0)[..., None], 2)[..., 0]
-            logp_BO = logp_BO.at[rows_B, jnp.where(keep_BP, idx_BP, O)].set(lp_BP, mode="drop")
-        tau_B = acc.num_nodes_B + 1
-        n_new_B = jnp.where(s.done_B, s.n_B, s.n_B + tau_B)
-        stop_B = _finished(out_BO, s.n_B, n_new_B, config) & ~s.done_B
-        n_new_B = jnp.where(stop_B, _stop_length(out_BO, s.n_B, n_new_B, config), n_new_B)
-        taus_BR = s.taus_BR.at[jnp.arange(B), jnp.where(s.done_B, config.max_new_tokens,
-                                                        s.rounds_B)].set(tau_B, mode="drop")
-        return _Loop(cache, ctx, out_BO, logp_BO, n_new_B, s.done_B | stop_B,
-                     s.rounds_B + (~s.done_B).astype(jnp.int32), taus_BR, key)
+            path_lp_BPV = sampling_logprobs(gather_rows(logits_BRV, acc.rows_BP),
+                                            config.temperature, config.top_k, config.top_p)
+        c = commit(cache, s.ctx, drafter, s.out_BO, s.logp_BO, draft=draft, acc=acc,
+                   taps_BRF=taps_BRF, path_logprobs_BPV=path_lp_BPV, start_B=start_B, n_B=s.n_B,
+                   done_B=s.done_B)
+        n_new_B = jnp.where(s.done_B, s.n_B, s.n_B + c.tau_B)
+        stop_B = _finished(c.out_BO, s.n_B, n_new_B, config) & ~s.done_B
+        n_new_B = jnp.where(stop_B, _stop_length(c.out_BO, s.n_B, n_new_B, config), n_new_B)
+        # record what was committed (a last round may be cut by a stop or max_new_tokens)
+        round_slot_B = jnp.where(s.done_B, config.max_new_tokens, s.rounds_B)
+        taus_BX = s.taus_BX.at[jnp.arange(B), round_slot_B].set(n_new_B - s.n_B, mode="drop")
+        return LoopState(c.cache, c.ctx, c.out_BO, c.logp_BO, n_new_B, s.done_B | stop_B,
+                         s.rounds_B + (~s.done_B).astype(jnp.int32), taus_BX, key)
 
     final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), round_fn, state)
     n_B = jnp.minimum(final.n_B, config.max_new_tokens)
     keep = jnp.arange(config.max_new_tokens)[None] < n_B[:, None]
     tokens = jnp.where(keep, final.out_BO[:, :config.max_new_tokens], PAD)
     logp = jnp.where(keep, final.logp_BO[:, :config.max_new_tokens], 0.0)
-    return DecodeOutput(tokens, n_B, final.taus_BR, final.rounds_B, logp)
+    return DecodeOutput(tokens, n_B, final.taus_BX, final.rounds_B, logp)
 
 
 def _is_stop(tok, config: DecodeConfig):

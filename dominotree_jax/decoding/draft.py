@@ -1,5 +1,10 @@
-"""Drafting one round: nothing (``ar``), a chain (``dflash``, ``domino``) or a tree
-(``ddtree``, ``dominotree``), returned in one tree layout for verification."""
+"""Step 1 of a round, drafting (docs/algorithm.md §2–4): nothing (``ar``), a chain (``dflash``,
+``domino``) or a best-first tree (``ddtree``, ``dominotree``), all returned in one tree layout
+(``Draft``) for verification.
+
+``draft_round`` runs the drafter's block forward and then ``chain_draft`` or ``tree_draft`` on
+its outputs; benchmarks call those two directly to time the stages apart.
+"""
 
 from __future__ import annotations
 
@@ -8,74 +13,77 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dominotree_jax.model.drafter import dflash_chain
-from dominotree_jax.decoding.config import DecodeConfig
-from dominotree_jax.tree import build_tree, tree_attention
+from dominotree_jax.decoding.config import CHAIN_METHODS, DecodeConfig
+from dominotree_jax.domino_head import dflash_chain, domino_chain
+from dominotree_jax.model.drafter import bind_drafter
+from dominotree_jax.tree import Tree, build_tree_from_head, chain_tree, tree_attention
 
 
 class Draft(NamedTuple):
+    """One round's draft for every batch row, in pop order (parents before children)."""
     tokens_BN: jax.Array     # [B, N] int32
     parents_BN: jax.Array    # [B, N] int32, -1 = child of the root
     depths_BN: jax.Array     # [B, N] int32 (-1 for invalid nodes)
     valid_BN: jax.Array      # [B, N] bool
-    ancestor_BRR: jax.Array  # [B, 1+N, 1+N] bool verify-row visibility inside the tree
+    ancestor_BRR: jax.Array  # [B, R, R] bool: verify row i sees row j (R = 1 + N)
 
 
 def tap_layers_for(config: DecodeConfig) -> tuple[int, ...]:
+    """Target layers whose outputs the drafter reads (none for ``ar``)."""
     return () if config.method == "ar" else tuple(config.drafter.target_layer_ids)
 
 
 def bind_drafter_for(config: DecodeConfig, drafter_params):
+    """The drafter module over its parameters, or None for ``ar``."""
     if config.method == "ar":
         return None
-    from dominotree_jax.model.drafter import bind_drafter
     if drafter_params is None:
         raise ValueError(f"method {config.method!r} needs drafter parameters")
     return bind_drafter(config.drafter, drafter_params)
 
 
-def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B) -> Draft:
-    B = t0_B.shape[0]
-    if config.method == "ar":
-        empty_i = jnp.zeros((B, 0), jnp.int32)
-        return Draft(empty_i, empty_i, empty_i, jnp.zeros((B, 0), bool),
-                     jnp.ones((B, 1, 1), bool))
-    z_BKH, base_BKV = drafter.draft(target, ctx, t0_B, start_B)
+def draft_from_tree(tree: Tree) -> Draft:
+    """A batch of ``Tree``s (leading dim B) with their verify-row visibility."""
+    ancestor_BRR, _ = jax.vmap(tree_attention)(tree.parents, tree.valid)
+    return Draft(tree.tokens, tree.parents, tree.depths, tree.valid, ancestor_BRR)
+
+
+def empty_draft(batch: int) -> Draft:
+    """``ar``: no nodes; the root row is verified alone."""
+    empty = jnp.zeros((batch, 0), jnp.int32)
+    return Draft(empty, empty, empty, jnp.zeros((batch, 0), bool), jnp.ones((batch, 1, 1), bool))
+
+
+def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> Draft:
+    """Greedy chain of ``J`` nodes: DFlash (argmax of the base logits) or Domino (corrected)."""
     if config.method == "dflash":
-        tokens_BK, _ = dflash_chain(base_BKV)
-        return _chain(tokens_BK)
-    if config.method == "domino":
-        tokens_BK, _ = drafter.domino_chain(target, z_BKH, base_BKV, t0_B)
-        return _chain(tokens_BK)
-    return _tree(config, target, drafter, z_BKH, base_BKV, t0_B)
+        tokens_BJ, logprobs_BJ = dflash_chain(base_BJV)
+    else:
+        tokens_BJ, logprobs_BJ = domino_chain(drafter.head_weights(target), z_BJH, base_BJV,
+                                              t0_B, config.drafter.pure_draft_prefix_len)
+    return draft_from_tree(chain_tree(tokens_BJ, logprobs_BJ))
 
 
-def _tree(config: DecodeConfig, target, drafter, z_BKH, base_BKV, t0_B) -> Draft:
-    """Best-first tree per batch row (``ddtree`` marginal, ``dominotree`` conditional)."""
-    gru = drafter.prefix_gru
-    proj = drafter.embed_proj
-    weights = (target.embed_tokens.weight[...],
-               None if gru is None else gru.weight_ih_l0[...],
-               None if gru is None else gru.weight_hh_l0[...],
-               None if proj is None else proj[0].weight[...],
-               None if proj is None else proj[2].weight[...])
+def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> Draft:
+    """Best-first tree of ``budget`` nodes per batch row (``ddtree`` marginal, ``dominotree``
+    conditional on the path through the Domino head)."""
+    head = drafter.head_weights(target) if config.method == "dominotree" else None
 
-    def one(base_KV, z_KH, t0):
-        return build_tree(base_KV, z_KH, t0, *weights, method=config.method,
-                          budget=config.budget, node_topk=config.node_topk, top_m=config.top_m,
-                          prefix_len=config.drafter.pure_draft_prefix_len,
-                          use_pallas=config.use_pallas)
+    def one(base_JV, z_JH, t0):
+        return build_tree_from_head(base_JV, z_JH, t0, head, method=config.method,
+                                    budget=config.budget, node_topk=config.node_topk,
+                                    top_m=config.top_m,
+                                    prefix_len=config.drafter.pure_draft_prefix_len,
+                                    use_pallas=config.use_pallas)
 
-    tree = jax.vmap(one)(base_BKV, z_BKH, t0_B)
-    valid_BN = tree.valid
-    ancestor_BRR, _ = jax.vmap(tree_attention)(tree.parents, valid_BN)
-    return Draft(tree.tokens, tree.parents, tree.depths, valid_BN, ancestor_BRR)
+    return draft_from_tree(jax.vmap(one)(base_BJV, z_BJH, t0_B))
 
 
-def _chain(tokens_BK) -> Draft:
-    """A chain as a tree: node ``i``'s parent is ``i - 1``; row ``r`` sees rows ``<= r``."""
-    B, K = tokens_BK.shape
-    idx = jnp.arange(K, dtype=jnp.int32)
-    bc = lambda a: jnp.broadcast_to(a, (B,) + a.shape)  # noqa: E731
-    causal_RR = jnp.tril(jnp.ones((K + 1, K + 1), bool))
-    return Draft(tokens_BK, bc(idx - 1), bc(idx), jnp.ones((B, K), bool), bc(causal_RR))
+def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B) -> Draft:
+    """The drafter's block forward after ``t0`` at positions ``start …``, then the chain or
+    tree built on its outputs."""
+    if config.method == "ar":
+        return empty_draft(t0_B.shape[0])
+    z_BJH, base_BJV = drafter.draft(target, ctx, t0_B, start_B)
+    build = chain_draft if config.method in CHAIN_METHODS else tree_draft
+    return build(config, target, drafter, z_BJH, base_BJV, t0_B)

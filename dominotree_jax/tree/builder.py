@@ -1,12 +1,15 @@
-"""Best-first draft-tree builder with fixed shapes (SPEC §4), jittable and vmap-able.
+"""Best-first draft-tree builder with fixed shapes (docs/algorithm.md §4), jittable and
+vmap-able.
 
-``build_tree`` takes one round's drafter outputs (``base_logits [K, V]``, ``hidden [K, H]``),
-the root token ``t0`` and the checkpoint weights, and returns a ``Tree`` of ``budget`` (N) nodes
-in pop order.
+``build_tree_from_head`` takes one round's drafter outputs (``base_logits [J, V]``, ``hidden
+[J, H]`` for the ``J`` draft depths), the root token ``t0`` and the Domino head's weights
+(``DominoHeadWeights``, or None for ``ddtree``), and returns a ``Tree`` of ``budget`` (N) nodes in
+pop order. ``build_tree`` is the same with the weights as separate arguments (the signature
+other implementations are compared through).
 
 Frontier: ``F = k + N*k`` slots in push order. Slots ``0..k-1`` hold the root's children; pop
 ``i`` writes its ``k`` children into slots ``k + i*k .. k + i*k + k-1`` (marked invalid when the
-popped node is at the last depth ``K-1``). Each pop takes ``argmax`` over the valid slots'
+popped node is at the last depth ``J-1``). Each pop takes ``argmax`` over the valid slots'
 cumulative scores; ``argmax`` returns the first maximal index, i.e. the earliest push, which is
 the heap tie rule. Children within one expansion come from ``lax.top_k`` (equal values: lower
 index first, hence lower token id first for marginal children and lower candidate rank for
@@ -20,7 +23,8 @@ Children distributions:
   and a popped node's state ``GRU(embed[token], parent_state)`` is computed at pop time (one
   GRU step per pop) and kept in ``states [N, G]``. With ``top_m > 0`` the candidates ``C_d``
   (top-M of ``base_d``), ``base_d[C_d]`` and ``W2[C_d]`` are gathered once per round and each pop
-  runs ``pallas_kernels.topm_expand`` (Pallas on GPU). ``top_m = 0`` uses the full vocabulary.
+  runs ``domino_head.expand_split`` (the Pallas kernel on GPU). ``top_m = 0`` uses the full
+  vocabulary.
 
 Everything is computed in float32 with ``Precision.HIGHEST`` matmuls (no TF32 on GPU), whatever
 the input dtype; only the embedding / W2 rows that are needed are gathered and cast.
@@ -34,12 +38,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dominotree_jax.model.domino_head import gru_step
-from pallas_kernels.topm_expand import (
-    MAX_KERNEL_M, MAX_KERNEL_TOPK, expand_split, pad_operands, resolve_use_pallas, split_projection,
-)
+from dominotree_jax.domino_head import (DominoHeadWeights, expand_split, gru_advance,
+                                        gru_root_state, split_projection)
+from pallas_kernels.topm_expand import (MAX_KERNEL_M, MAX_KERNEL_TOPK, pad_operands,
+                                        resolve_use_pallas)
 
-METHODS = ("ddtree", "dominotree")
+TREE_METHODS = ("ddtree", "dominotree")
 
 
 class Tree(NamedTuple):
@@ -69,13 +73,13 @@ def _top_k(x_sV: jax.Array, k: int):
     return jax.lax.optimization_barrier(jax.lax.top_k(x_sV, k))
 
 
-def check_settings(K: int, V: int, *, method: str, budget: int, node_topk: int, top_m: int,
+def check_settings(J: int, V: int, *, method: str, budget: int, node_topk: int, top_m: int,
                    prefix_len: int) -> None:
     """Validate the static settings against the shapes (shared with the NumPy reference)."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if K < 1 or budget < 1 or node_topk < 1:
-        raise ValueError("K, budget and node_topk must be >= 1")
+    if method not in TREE_METHODS:
+        raise ValueError(f"method must be one of {TREE_METHODS}, got {method!r}")
+    if J < 1 or budget < 1 or node_topk < 1:
+        raise ValueError("the draft depth, budget and node_topk must be >= 1")
     if node_topk > V:
         raise ValueError(f"node_topk={node_topk} exceeds the vocabulary ({V})")
     if top_m < 0 or top_m > V:
@@ -86,65 +90,67 @@ def check_settings(K: int, V: int, *, method: str, budget: int, node_topk: int, 
         raise ValueError("prefix_len must be >= 0")
 
 
-def _conditional_expander(base_KV, hidden_KH, w1_EHG, w2_VE, *, k, top_m, use_pallas):
+def _conditional_expander(base_JV, hidden_JH, w1_EHG, w2_VE, *, k, top_m, use_pallas):
     """Return ``expand(depth, state_G) -> (token ids [k], log-probs [k])`` for one round."""
     use_kernel, interpret = resolve_use_pallas(use_pallas)
     if use_pallas == "auto" and (k > MAX_KERNEL_TOPK or top_m > MAX_KERNEL_M):
         use_kernel = False  # the single-program kernel is for small k and M; True forces it
-    a_KE, w1s_EG = split_projection(hidden_KH, w1_EHG)
+    kernel_mode = ("interpret" if interpret else True) if use_kernel else False
+    a_JE, w1s_EG = split_projection(hidden_JH, w1_EHG)
 
     if top_m == 0:  # full vocabulary: one [V, E] matvec per pop
         w2 = w2_VE.astype(jnp.float32)
 
         def expand_full(depth, s_G):
-            return expand_split(a_KE[depth], s_G, w1s_EG, base_KV[depth], w2, k, use_pallas=False)
+            return expand_split(a_JE[depth], s_G, w1s_EG, base_JV[depth], w2, k, use_pallas=False)
 
         return expand_full
 
-    baseC_KM, C_KM = _top_k(base_KV, top_m)                   # candidates, once per round
-    w2C_KME = jnp.take(w2_VE, C_KM, axis=0).astype(jnp.float32)
+    baseC_JM, C_JM = _top_k(base_JV, top_m)                   # candidates, once per round
+    w2C_JME = jnp.take(w2_VE, C_JM, axis=0).astype(jnp.float32)
     if use_kernel:                                            # pad once per round, not per pop
-        a_KE, w1s_EG, baseC_KM, w2C_KME = pad_operands(a_KE, w1s_EG, baseC_KM, w2C_KME)
+        a_JE, w1s_EG, baseC_JM, w2C_JME = pad_operands(a_JE, w1s_EG, baseC_JM, w2C_JME)
 
     def expand_topm(depth, s_G):
-        idx_k, lp_k = expand_split(a_KE[depth], s_G, w1s_EG, baseC_KM[depth], w2C_KME[depth], k,
-                                   use_pallas=use_kernel, interpret=interpret, prepadded=use_kernel)
-        return C_KM[depth][idx_k], lp_k
+        idx_k, lp_k = expand_split(a_JE[depth], s_G, w1s_EG, baseC_JM[depth], w2C_JME[depth], k,
+                                   use_pallas=kernel_mode, prepadded=use_kernel)
+        return C_JM[depth][idx_k], lp_k
 
     return expand_topm
 
 
-def _build_tree(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh, proj_w1, proj_w2, *,
+def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None, *,
                 method, budget, node_topk, top_m, prefix_len, use_pallas):
-    K, V = base_logits.shape
-    check_settings(K, V, method=method, budget=budget, node_topk=node_topk, top_m=top_m,
+    J, V = base_logits.shape
+    check_settings(J, V, method=method, budget=budget, node_topk=node_topk, top_m=top_m,
                    prefix_len=prefix_len)
     N, k = budget, node_topk
     F = k + N * k
     f32, i32 = jnp.float32, jnp.int32
-    base_KV = base_logits.astype(f32)
+    base_JV = base_logits.astype(f32)
 
-    marg_lp_Kk, marg_ids_Kk = _top_k(jax.nn.log_softmax(base_KV, axis=-1), k)
-    conditional = method == "dominotree" and prefix_len < K
+    marg_lp_Jk, marg_ids_Jk = _top_k(jax.nn.log_softmax(base_JV, axis=-1), k)
+    conditional = method == "dominotree" and prefix_len < J
 
     if conditional:
-        if any(w is None for w in (embed, gru_w_ih, gru_w_hh, proj_w1, proj_w2)):
+        if head is None or any(w is None for w in head):
             raise ValueError("dominotree needs embed, gru_w_ih, gru_w_hh, proj_w1 and proj_w2")
-        w_ih, w_hh = gru_w_ih.astype(f32), gru_w_hh.astype(f32)
-        G = w_hh.shape[-1]
-        expand = _conditional_expander(base_KV, hidden.astype(f32), proj_w1, proj_w2, k=k,
-                                       top_m=top_m, use_pallas=use_pallas)
+        head = head._replace(gru_w_ih=head.gru_w_ih.astype(f32),
+                             gru_w_hh=head.gru_w_hh.astype(f32))
+        G = head.gru_w_hh.shape[-1]
+        expand = _conditional_expander(base_JV, hidden.astype(f32), head.proj_w1, head.proj_w2,
+                                       k=k, top_m=top_m, use_pallas=use_pallas)
 
         def advance(token, s_G):
-            return gru_step(embed[token].astype(f32), s_G, w_ih, w_hh)
+            return gru_advance(head, token, s_G, f32)
 
-        root_state = advance(jnp.asarray(root_token, i32), jnp.zeros((G,), f32))
+        root_state = gru_root_state(head, jnp.asarray(root_token, i32), f32)
     else:
         G = 1
         root_state = jnp.zeros((G,), f32)
 
     def children(depth, s_G):
-        ids_k, lp_k = marg_ids_Kk[depth], marg_lp_Kk[depth]
+        ids_k, lp_k = marg_ids_Jk[depth], marg_lp_Jk[depth]
         if conditional:
             c_ids, c_lp = expand(depth, s_G)
             use = depth >= prefix_len
@@ -185,7 +191,7 @@ def _build_tree(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh, proj
         else:
             s_G = root_state
         child_dep = dep + 1
-        ids_k, lp_k = children(jnp.clip(child_dep, 0, K - 1), s_G)
+        ids_k, lp_k = children(jnp.clip(child_dep, 0, J - 1), s_G)
         start = k + i * k
 
         def put(x_F, v_k):
@@ -196,7 +202,7 @@ def _build_tree(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh, proj
             par=put(fr["par"], jnp.full((k,), i, i32)),
             dep=put(fr["dep"], jnp.full((k,), child_dep, i32)),
             score=put(fr["score"], score + lp_k),
-            valid=put(fr["valid"].at[f].set(False), jnp.full((k,), ok & (child_dep < K))),
+            valid=put(fr["valid"].at[f].set(False), jnp.full((k,), ok & (child_dep < J))),
         )
         return fr, nd, states_NG
 
@@ -205,25 +211,38 @@ def _build_tree(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh, proj
     return Tree(nd["tok"], nd["par"], nd["dep"], nd["score"], num_nodes)
 
 
-@functools.partial(jax.jit, static_argnames=("method", "budget", "node_topk", "top_m",
-                                              "prefix_len", "use_pallas"))
-def build_tree(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh, proj_w1, proj_w2, *,
-               method: str, budget: int, node_topk: int, top_m: int, prefix_len: int,
-               use_pallas="auto") -> Tree:
-    """Build one round's draft tree (SPEC §4).
+_STATIC = ("method", "budget", "node_topk", "top_m", "prefix_len", "use_pallas")
 
-    Args (checkpoint layouts): base_logits [K, V] (row d predicts depth d), hidden [K, H] (z_d),
-    root_token int scalar (t0), embed [V, H], gru_w_ih [3G, H], gru_w_hh [3G, G],
-    proj_w1 [E, H+G], proj_w2 [V, E]. For ``method="ddtree"`` (or ``prefix_len >= K``) the
-    GRU/projection arguments (and ``embed``/``hidden``) are unused and may be None.
-    Static: method ``"ddtree" | "dominotree"``, budget N, node_topk k, top_m M (0 = full vocab),
-    prefix_len P, use_pallas ``"auto" | True | False | "interpret"`` (``"interpret"``: Pallas in
-    interpret mode, for CPU tests).
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def build_tree_from_head(base_logits, hidden, root_token, head: DominoHeadWeights | None, *,
+                         method: str, budget: int, node_topk: int, top_m: int, prefix_len: int,
+                         use_pallas="auto") -> Tree:
+    """Build one round's draft tree (docs/algorithm.md §4).
+
+    Args: base_logits [J, V] (row d predicts depth d), hidden [J, H] (z_d), root_token int
+    scalar (t0), head: the Domino head's weights (unused, may be None, for ``"ddtree"`` or
+    ``prefix_len >= J``). Static: method ``"ddtree" | "dominotree"``, budget N, node_topk k,
+    top_m M (0 = full vocab), prefix_len P, use_pallas ``"auto" | True | False | "interpret"``
+    (``"interpret"``: Pallas in interpret mode, for CPU tests).
 
     Returns a ``Tree`` of N slots; vmap over leading batch dims of the array arguments for a
     batch of rounds.
     """
     with jax.default_matmul_precision("highest"):
-        return _build_tree(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh, proj_w1,
-                           proj_w2, method=method, budget=budget, node_topk=node_topk,
-                           top_m=top_m, prefix_len=prefix_len, use_pallas=use_pallas)
+        return _build_tree(base_logits, hidden, root_token, head, method=method, budget=budget,
+                           node_topk=node_topk, top_m=top_m, prefix_len=prefix_len,
+                           use_pallas=use_pallas)
+
+
+def build_tree(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh, proj_w1, proj_w2, *,
+               method: str, budget: int, node_topk: int, top_m: int, prefix_len: int,
+               use_pallas="auto") -> Tree:
+    """``build_tree_from_head`` with the head's weights as separate arguments (checkpoint
+    layouts: embed [V, H], gru_w_ih [3G, H], gru_w_hh [3G, G], proj_w1 [E, H+G], proj_w2
+    [V, E]; all may be None for ``"ddtree"``)."""
+    weights = (embed, gru_w_ih, gru_w_hh, proj_w1, proj_w2)
+    head = None if all(w is None for w in weights) else DominoHeadWeights(*weights)
+    return build_tree_from_head(base_logits, hidden, root_token, head, method=method,
+                                budget=budget, node_topk=node_topk, top_m=top_m,
+                                prefix_len=prefix_len, use_pallas=use_pallas)

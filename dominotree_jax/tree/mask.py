@@ -1,4 +1,4 @@
-"""Tree attention helpers for verification (SPEC §5) and chain trees.
+"""Tree attention helpers for verification (docs/algorithm.md §5) and chain trees.
 
 ``tree_attention(parents_N, valid_N)`` builds the within-tree attention of the verify input
 ``[t0, node_0, ..., node_{N-1}]``: row 0 is the root, row ``i+1`` is node ``i``. A row sees
@@ -36,16 +36,16 @@ def tree_attention(parents_N: jax.Array, valid_N: jax.Array) -> tuple[jax.Array,
     return mask_RR, depth_plus_one
 
 
-def chain_tree(tokens_K: jax.Array, logprobs_K: jax.Array) -> Tree:
+def chain_tree(tokens_sJ: jax.Array, logprobs_sJ: jax.Array) -> Tree:
     """A chain: node ``i`` at depth ``i`` is the child of node ``i-1`` (node 0: of the root);
-    scores are the cumulative sums of ``logprobs_K``."""
-    K = tokens_K.shape[-1]
-    idx = jnp.arange(K, dtype=jnp.int32)
-    shape = tokens_K.shape
+    scores are the cumulative sums of ``logprobs``. Leading dims are kept."""
+    J = tokens_sJ.shape[-1]
+    idx = jnp.arange(J, dtype=jnp.int32)
+    shape = tokens_sJ.shape
     return Tree(
-        tokens=tokens_K.astype(jnp.int32),
+        tokens=tokens_sJ.astype(jnp.int32),
         parents=jnp.broadcast_to(idx - 1, shape),
         depths=jnp.broadcast_to(idx, shape),
-        scores=jnp.cumsum(logprobs_K.astype(jnp.float32), axis=-1),
-        num_nodes=jnp.full(shape[:-1], K, jnp.int32),
+        scores=jnp.cumsum(logprobs_sJ.astype(jnp.float32), axis=-1),
+        num_nodes=jnp.full(shape[:-1], J, jnp.int32),
     )
