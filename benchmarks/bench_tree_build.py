@@ -1,4 +1,4 @@
-"""Per-tree build time: jitted JAX builder vs the NumPy heap reference (SPEC §4).
+"""Per-tree build time: jitted JAX builder vs the NumPy heap reference (docs/algorithm.md §4).
 
 SmolLM2-135M drafter shapes: V=49152, H=576, K=16, G=256, E=128; N=16, k=8, M=64, P=1.
 Random weights (the timing does not depend on their values). Prints a table of median times.

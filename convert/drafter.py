@@ -1,9 +1,11 @@
-"""Released DFlash / Domino drafter directories ↔ drafter params (SPEC §2–3 layout).
+"""Released DFlash / Domino drafter directories ↔ drafter params.
 
 A drafter directory holds ``config.json`` (Qwen3 fields, ``block_size``, ``num_target_layers``,
 ``dflash_config``) and ``model.safetensors`` (or shards) whose keys are the drafter's own names,
-optionally prefixed with ``model.``. Loading checks every tensor name and shape and, given the
-target's config, that the pair fits (``check_pair``).
+optionally prefixed with ``model.``; older Domino releases keep the head's tensors under
+``logit_head.``. Loading checks every tensor name and shape and, given the target's config,
+that the pair fits (``dominotree_jax.config.check_pair``). An orbax directory written by
+``python -m convert drafter`` loads too.
 """
 
 from __future__ import annotations
@@ -15,45 +17,55 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from convert.errors import CheckpointError
-from convert.hf import SUPPORTED_DTYPES, read_checkpoint_tensors, read_config
+from convert.files import checkpoint_names, param_dtype, read_checkpoint_tensors, read_config
+from convert.orbax_io import is_orbax_dir, restore_saved_params, saved_config
 from convert.params import fill_state, state_to_flat
 from convert.safetensors_io import write_safetensors
-from dominotree_jax.config import DrafterConfig, TargetConfig
-from dominotree_jax.model.drafter import check_drafter, check_pair, drafter_graphdef
+from dominotree_jax.config import (ConfigError, DrafterConfig, TargetConfig, check_drafter,
+                                   check_pair)
+from dominotree_jax.model.drafter import drafter_graphdef
 
-_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 _SAVE_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+OLD_HEAD_PREFIX = "logit_head."
+
+
+def drafter_config(path: str) -> DrafterConfig:
+    """The ``DrafterConfig`` of a drafter directory (config errors name the file)."""
+    try:
+        return DrafterConfig.from_hf_dict(read_config(path))
+    except ConfigError as e:
+        raise ConfigError(f"{path}/config.json: {e}") from None
+
+
+def rename_head(name: str) -> str:
+    """A checkpoint name without the older releases' ``logit_head.`` prefix."""
+    return name[len(OLD_HEAD_PREFIX):] if name.startswith(OLD_HEAD_PREFIX) else name
+
+
+def _check(cfg: DrafterConfig, target_cfg: TargetConfig | None) -> None:
+    if target_cfg is None:
+        check_drafter(cfg)
+    else:
+        check_pair(target_cfg, cfg)
 
 
 def load_drafter(path: str, dtype: str | None = "float32",
                  target_cfg: TargetConfig | None = None):
-    """(DrafterConfig, params) from a drafter checkpoint directory.
+    """(DrafterConfig, params) from a drafter checkpoint directory (or its orbax conversion).
 
     ``dtype``: parameter dtype (``None`` keeps the stored dtype). Raises ``ConfigError`` when
     the config is unusable (or does not fit ``target_cfg``) and ``CheckpointError`` listing all
     missing, unexpected and wrongly shaped tensors.
     """
-    cfg = DrafterConfig.from_hf_dict(read_config(path))
-    if target_cfg is None:
-        check_drafter(cfg)
-    else:
-        check_pair(target_cfg, cfg)
-    tensors = read_checkpoint_tensors(path)
-    bad = [f"tensor {n}: unsupported dtype {a.dtype}" for n, a in tensors.items()
-           if a.dtype.name not in SUPPORTED_DTYPES]
-    if bad:
-        raise CheckpointError(path, other=bad)
-    named = {}
-    for name, a in tensors.items():
-        if name.endswith(_IGNORED_SUFFIXES):
-            continue
-        named[name[len("model."):] if name.startswith("model.") else name] = a
-    if dtype is None:
-        dtype = next(iter(named.values())).dtype.name if named else "float32"
-    if dtype not in SUPPORTED_DTYPES:
-        raise CheckpointError(path, other=[f"unsupported parameter dtype {dtype!r}; "
-                                           f"supported: {SUPPORTED_DTYPES}"])
+    path = os.fspath(path)
+    if is_orbax_dir(path):
+        cfg, _ = saved_config(path, "drafter")
+        _check(cfg, target_cfg)
+        return cfg, restore_saved_params(path, cfg)
+    cfg = drafter_config(path)
+    _check(cfg, target_cfg)
+    named = checkpoint_names(path, read_checkpoint_tensors(path), rename_head)
+    dtype = param_dtype(path, dtype, named)
     _, abstract = drafter_graphdef(cfg, dtype)
     return cfg, fill_state(abstract, named, path, jnp.dtype(dtype))
 

@@ -7,12 +7,14 @@ rotate-half layout.
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import jax.numpy as jnp
 import numpy as np
 
 from convert.errors import CheckpointError
+from convert.gguf_header import check_gguf_layout
 from convert.params import fill_state
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.target import target_graphdef
@@ -35,14 +37,24 @@ def _field(reader, key, default=None):
     return default if f is None else f.contents()
 
 
-def gguf_target_config(reader) -> TargetConfig:
+def gguf_target_config(reader, path: str = "gguf") -> TargetConfig:
     arch = _field(reader, "general.architecture")
     if arch not in SUPPORTED_GGUF_ARCHITECTURES:
-        raise CheckpointError("gguf", other=[f"unsupported GGUF architecture {arch!r}; "
-                                             f"supported: {SUPPORTED_GGUF_ARCHITECTURES}"])
+        raise CheckpointError(path, other=[f"unsupported GGUF architecture {arch!r}; "
+                                           f"supported: {SUPPORTED_GGUF_ARCHITECTURES}"])
     g = lambda k, d=None: _field(reader, f"{arch}.{k}", d)  # noqa: E731
+    required = ("embedding_length", "attention.head_count", "feed_forward_length",
+                "block_count")
+    absent = [f"metadata key {arch}.{k} is missing" for k in required if g(k) is None]
+    if absent:
+        raise CheckpointError(path, other=absent)
     hidden, heads = int(g("embedding_length")), int(g("attention.head_count"))
-    vocab = g("vocab_size") or len(reader.fields["tokenizer.ggml.tokens"].data)
+    vocab = g("vocab_size")
+    if vocab is None and "tokenizer.ggml.tokens" in reader.fields:
+        vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    if vocab is None:
+        raise CheckpointError(path, other=[f"neither {arch}.vocab_size nor "
+                                           "tokenizer.ggml.tokens gives the vocabulary size"])
     has_output = any(t.name == "output.weight" for t in reader.tensors)
     return TargetConfig(
         vocab_size=int(vocab), hidden_size=hidden,
@@ -65,14 +77,32 @@ def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
+def read_gguf(path: str):
+    """A ``gguf.GGUFReader`` over ``path`` after a bounds-checked walk of its header (the
+    magic, every metadata entry, every tensor's bytes inside the file)."""
+    import gguf
+
+    if not os.path.isfile(path):
+        raise CheckpointError(path, other=["the path does not exist" if not os.path.exists(path)
+                                           else "not a file"])
+    with open(path, "rb") as f:
+        if os.path.getsize(path) == 0:
+            raise CheckpointError(path, other=["empty file"])
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            check_gguf_layout(path, data)
+    try:
+        return gguf.GGUFReader(path)
+    except Exception as e:  # anything the walk above did not foresee
+        raise CheckpointError(path, other=[f"damaged GGUF file: {type(e).__name__}: "
+                                           f"{e}"]) from None
+
+
 def load_gguf_target(path: str, dtype: str = "float32"):
     """(TargetConfig, params) from a Llama-architecture GGUF file, dequantized to ``dtype``."""
     import gguf
 
-    if not os.path.isfile(path):
-        raise CheckpointError(path, other=["file not found"])
-    reader = gguf.GGUFReader(path)
-    cfg = gguf_target_config(reader)
+    reader = read_gguf(path)
+    cfg = gguf_target_config(reader, path)
     bad = [f"tensor {t.name}: unsupported quantization type {t.tensor_type.name}"
            for t in reader.tensors if t.tensor_type.name not in SUPPORTED_TENSOR_TYPES]
     if bad:

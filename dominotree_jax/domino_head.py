@@ -22,6 +22,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dominotree_jax.linalg import matmul_t
 from pallas_kernels.topm_expand import expand_pallas, resolve_use_pallas
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -36,18 +37,12 @@ class DominoHeadWeights(NamedTuple):
     proj_w2: jax.Array   # [V, E] (or [C, E]: a gathered subset of vocabulary rows)
 
 
-def _times_t(x_sI: jax.Array, w_OI: jax.Array, precision=None) -> jax.Array:
-    """``x @ w.T`` with ``w`` kept in its ``[out, in]`` layout."""
-    return jax.lax.dot_general(x_sI, w_OI, (((x_sI.ndim - 1,), (1,)), ((), ())),
-                               precision=precision)
-
-
 # ----------------------------------------------------------------------------- GRU
 
 def gru_step(x_sH: jax.Array, s_sG: jax.Array, w_ih_3GH: jax.Array, w_hh_3GG: jax.Array):
     """One PyTorch-semantics GRU step without biases; returns the new state ``[..., G]``."""
-    gi_r, gi_z, gi_n = jnp.split(_times_t(x_sH, w_ih_3GH), 3, axis=-1)
-    gh_r, gh_z, gh_n = jnp.split(_times_t(s_sG, w_hh_3GG), 3, axis=-1)
+    gi_r, gi_z, gi_n = jnp.split(matmul_t(x_sH, w_ih_3GH), 3, axis=-1)
+    gh_r, gh_z, gh_n = jnp.split(matmul_t(s_sG, w_hh_3GG), 3, axis=-1)
     r = jax.nn.sigmoid(gi_r + gh_r)
     u = jax.nn.sigmoid(gi_z + gh_z)
     n = jnp.tanh(gi_n + r * gh_n)
@@ -93,14 +88,14 @@ def corrected_logits(base_sV: jax.Array, z_sH: jax.Array, s_sG: jax.Array,
                      w1_EHG: jax.Array, w2_VE: jax.Array) -> jax.Array:
     """``base + W2 · SiLU(W1 · [z ; s])`` over the rows of ``w2`` (concatenated form)."""
     zs = jnp.concatenate([z_sH, s_sG.astype(z_sH.dtype)], axis=-1)
-    return base_sV + _times_t(jax.nn.silu(_times_t(zs, w1_EHG)), w2_VE)
+    return base_sV + matmul_t(jax.nn.silu(matmul_t(zs, w1_EHG)), w2_VE)
 
 
 def split_projection(z_sH: jax.Array, w1_EHG: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(a = W1[:, :H] · z  [..., E], W1s = W1[:, H:]  [E, G])`` in float32."""
     H = z_sH.shape[-1]
     w1 = w1_EHG.astype(jnp.float32)
-    a_sE = _times_t(z_sH.astype(jnp.float32), w1[:, :H], _HIGHEST)
+    a_sE = matmul_t(z_sH.astype(jnp.float32), w1[:, :H], _HIGHEST)
     return a_sE, w1[:, H:]
 
 
@@ -110,8 +105,8 @@ def expand_split_jnp(a_E, s_G, w1s_EG, base_M, w2_ME, k: int):
     ``lp = log_softmax(base + W2 · SiLU(a + W1s · s))`` over the ``M`` rows; ``idx`` indexes
     those rows (equal values: lower index first). The jnp twin of the Pallas kernel.
     """
-    h_E = jax.nn.silu(a_E + _times_t(s_G, w1s_EG, _HIGHEST))
-    c_M = base_M + _times_t(h_E, w2_ME, _HIGHEST)
+    h_E = jax.nn.silu(a_E + matmul_t(s_G, w1s_EG, _HIGHEST))
+    c_M = base_M + matmul_t(h_E, w2_ME, _HIGHEST)
     lp_k, idx_k = jax.lax.optimization_barrier(jax.lax.top_k(jax.nn.log_softmax(c_M), k))
     return idx_k.astype(jnp.int32), lp_k
 

@@ -1,6 +1,7 @@
 """An independent float64 NumPy reference of the drafter block forward and the Domino head.
 
-Written from SPEC §2–3 only (it imports nothing from ``dominotree_jax``): weights come as flat
+Written from docs/algorithm.md §2–3 only (it imports nothing from ``dominotree_jax``): weights
+come as flat
 ``{checkpoint name: array}`` dicts, one batch row at a time, the whole context recomputed from
 its features (no caching), positions ``0 .. n-1`` for the context.
 """

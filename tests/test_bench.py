@@ -43,9 +43,13 @@ def test_end_to_end_writes_outputs_and_passes_identity(tiny_pair, tmp_path):
     for name in ("bench.json", "bench.md", "tau_hist.png", "speedup.png"):
         assert os.path.getsize(os.path.join(out, name)) > 0, name
     saved = json.load(open(os.path.join(out, "bench.json")))
-    assert saved["mismatches"] == [] and len(saved["records"]) == 2 * 2 * 2
+    # runs: ar, dominotree at budget 6, dominotree/auto (budget="auto", the default extra run)
+    assert saved["mismatches"] == [] and len(saved["records"]) == 2 * 2 * 3
     assert saved["command"] == "pytest" and saved["machine"]["cpu_count"] >= 1
-    assert {c["width"] for c in saved["compiles"]} == {16} and len(saved["compiles"]) == 4
+    assert {c["width"] for c in saved["compiles"]} == {16} and len(saved["compiles"]) == 6
+    auto = {(c["temperature"], c["method"]): c for c in saved["cells"]}[0.0, "dominotree/auto"]
+    assert auto["mismatches"] == 0 and sum(auto["sizes"].values()) == auto["rounds"]
+    assert set(auto["sizes"]) <= {"0", "2", "4", "8", "16"}
     cells = {(c["temperature"], c["method"]): c for c in saved["cells"]}
     assert cells[0.0, "ar"]["tau"] == 1.0 and cells[0.0, "ar"]["speedup"] == 1.0
     assert cells[0.0, "dominotree"]["mismatches"] == 0
@@ -54,7 +58,7 @@ def test_end_to_end_writes_outputs_and_passes_identity(tiny_pair, tmp_path):
         assert r["num_tokens"] == 12 and len(r["taus"]) == r["num_rounds"]
         assert 1 + sum(r["taus"]) >= r["num_tokens"]
     md = open(os.path.join(out, "bench.md")).read()
-    assert "| tiny | 0 |" in md and "WARNING" not in md
+    assert "| tiny | 0 |" in md and "WARNING" not in md and "| dominotree/auto |" in md
 
 
 def test_broken_output_is_reported_as_mismatch():

@@ -41,7 +41,8 @@ def test_every_problem_is_listed(ckpt, tmp_path):
     assert "missing tensor: layers.0.mlp.up_proj.weight" in msg
     assert "missing tensor: norm.weight" in msg
     assert "unexpected tensor: layers.0.extra.weight" in msg
-    assert "shape mismatch: layers.1.self_attn.q_proj.weight: expected (96, 64), found (5, 64)" in msg
+    assert ("shape mismatch: layers.1.self_attn.q_proj.weight: expected (96, 64), "
+            "found (5, 64)") in msg
 
 
 def test_unsupported_architecture_is_refused_by_name(ckpt, tmp_path):

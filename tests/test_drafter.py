@@ -1,4 +1,5 @@
-"""Drafter (SPEC §2–3): parity with the NumPy reference, checkpoint round trip, refusals."""
+"""Drafter (docs/algorithm.md §2–3): parity with the NumPy reference, checkpoint round trip,
+refusals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Drafter training (SPEC §6) on a tiny random target: data, loss, exact resume, export."""
+"""Drafter training on a tiny random target: features, loss (hard and soft), exact resume,
+warm start, export."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ import dominotree_jax as dj
 from convert.drafter import load_drafter, save_drafter
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.target import init_target_params
-from dominotree_jax.train import data as D
+from dominotree_jax.train import dataset as D
+from dominotree_jax.train.features import FeatureCache
+from dominotree_jax.train.generate import generate_answers
+from dominotree_jax.train.loss import loss_and_metrics, target_soft_logits
+from dominotree_jax.train.shards import ShardStore
 from dominotree_jax.train.loss import curriculum_lambda
 from dominotree_jax.train.trainer import TrainConfig, Trainer, evaluate, fill_untrained_rows
 
@@ -38,27 +43,33 @@ def setup(tmp_path_factory):
     target = dj.Target(TCFG, params, None)
     rng = np.random.default_rng(0)
     prompts = [list(rng.integers(1, 120, size=int(rng.integers(4, 20)))) for _ in range(24)]
-    stats = D.generate_shards(target, prompts, str(root / "data"), taps=TAPS, max_new=20,
-                              batch=8, log=lambda m: None)
-    assert stats["gen_tokens"] > 0
-    ds = D.ShardDataset(str(root / "data"), SEQ_LEN)
-    train_ids, held_ids = D.split_indices(len(ds), 0.2, 0)
+    store = ShardStore(str(root / "data"), vocab_size=TCFG.vocab_size)
+    stats = generate_answers(target, store, [(p, "test") for p in prompts], batch=8, max_new=20,
+                             seed=0, log=lambda m: None)
+    assert stats["answer_tokens"] > 0 and stats["batches"] == 3
+    feats = FeatureCache(str(root / "features"), TCFG, target.params, TAPS, batch=8)
+    ds = D.SequenceDataset(store, feats, SEQ_LEN)
+    train_ids, held_ids = ds.split(20)
+    assert len(held_ids) >= 2 and len(train_ids) >= 8
     return root, target, ds, train_ids, held_ids
 
 
 def _trainer(setup, name, steps, vocab_ids=None, **kw):
     root, target, ds, train_ids, _ = setup
+    init_flat = kw.pop("init_flat", None)
     tc = TrainConfig(steps=steps, batch=4, anchors=4, lr=kw.pop("lr", 3e-3), warmup=2, seed=0,
-                     ckpt_every_s=1e9, **kw)
+                     ckpt_every_s=kw.pop("ckpt_every_s", 1e9), **kw)
     return Trainer(DCFG, TCFG, target.params, ds, train_ids, tc, str(root / name / "ckpt"),
-                   log_dir=str(root / name), progress=False, vocab_ids=vocab_ids)
+                   log_dir=str(root / name), progress=False, vocab_ids=vocab_ids,
+                   init_flat=init_flat)
 
 
 def test_data_shards_and_features(setup):
     root, target, ds, _, _ = setup
     assert len(ds) == 24
-    t, f, L, E = ds.get(0)
+    t, f, h, L, E = ds.get(0)
     assert f.shape == (SEQ_LEN, len(TAPS) * TCFG.hidden_size)
+    assert h.shape == (SEQ_LEN, TCFG.hidden_size)
     # Stored features equal a plain forward's taps over prompt + answer.
     from dominotree_jax.model.cache import KVCache
     from dominotree_jax.model.target import bind_target, causal_mask
@@ -69,12 +80,24 @@ def test_data_shards_and_features(setup):
             tap_layers=TAPS)
     np.testing.assert_allclose(f[:E].astype(np.float32), np.asarray(out.taps[0]), rtol=2e-2,
                                atol=2e-2)
+    np.testing.assert_allclose(h[:E].astype(np.float32), np.asarray(out.hidden[0]), rtol=2e-2,
+                               atol=2e-2)
     # The answer is the target's greedy continuation.
     logits = m.logits(out.hidden[0])
     np.testing.assert_array_equal(np.asarray(jnp.argmax(logits[L - 1:E - 1], -1)), t[L:E])
     b = D.make_batch(ds, [0, 1], anchors=3, block=4, rng=np.random.default_rng(0))
     a = b["anchors"][0]
     np.testing.assert_array_equal(b["labels"][0, :, 0], b["tokens"][0, a])
+    # Soft targets: the target's distribution at position a + d predicts label d + 1.
+    soft = np.asarray(target_soft_logits(TCFG, target.params, jax.tree.map(jnp.asarray, b)))
+    full = np.asarray(m.logits(out.hidden[0]))
+    t1, _, _, _, E1 = ds.get(0)
+    for i in range(3):
+        for d in range(4):
+            p = int(b["soft_pos"][0, i, d])
+            if p >= 0:
+                assert b["labels"][0, i, d + 1] == t1[p + 1]
+                np.testing.assert_allclose(soft[i, d], full[p], rtol=3e-2, atol=3e-2)
 
 
 def test_curriculum_lambda():
@@ -87,7 +110,8 @@ def test_curriculum_lambda():
 def test_fill_untrained_rows():
     w2 = jnp.arange(12.0).reshape(6, 2)
     out = fill_untrained_rows({"embed_proj.2.weight": w2, "fc.weight": w2}, np.array([1, 3]))
-    np.testing.assert_array_equal(out["embed_proj.2.weight"][jnp.array([1, 3])], w2[jnp.array([1, 3])])
+    kept = jnp.array([1, 3])
+    np.testing.assert_array_equal(out["embed_proj.2.weight"][kept], w2[kept])
     np.testing.assert_array_equal(out["embed_proj.2.weight"][0], (w2[1] + w2[3]) / 2)
     assert out["fc.weight"] is w2
 
@@ -142,3 +166,49 @@ def test_resume_is_exact_and_export_loads(setup):
     assert len(m["base_acc_d"]) == DCFG.num_draft_positions
     assert m["tau_corr"] >= 1.0
     c.close()
+
+
+def test_soft_targets_and_warm_start(setup):
+    root, target, ds, train_ids, _ = setup
+    b = jax.tree.map(jnp.asarray, D.make_batch(ds, train_ids[:4], anchors=4, block=4,
+                                               rng=np.random.default_rng(2)))
+    a = _trainer(setup, "soft_a", 4, soft=0.5)
+    state = a.params
+    hard = loss_and_metrics(DCFG, TCFG, state, target.params, b, 0.0, None)[0]
+    mixed = loss_and_metrics(DCFG, TCFG, state, target.params, b, 0.0, None, soft=0.5)[0]
+    soft = loss_and_metrics(DCFG, TCFG, state, target.params, b, 0.0, None, soft=1.0)[0]
+    # The loss is linear in the soft weight, and soft targets are a different loss.
+    np.testing.assert_allclose(float(mixed), 0.5 * float(hard) + 0.5 * float(soft), rtol=1e-4)
+    assert abs(float(soft) - float(hard)) > 1e-3
+    hist = a.fit()
+    assert len(hist) == 4 and np.isfinite([h["loss"] for h in hist]).all()
+    a.close()
+    # Warm start: a new run starts from the given parameters (not from a random init).
+    w = _trainer(setup, "warm", 2, init_flat=a.flat)
+    for k in a.flat:
+        np.testing.assert_array_equal(np.asarray(w.flat[k]), np.asarray(a.flat[k]))
+    w.close()
+
+
+def test_heldout_curve_logged(setup):
+    root, target, ds, _, held = setup
+    tr = _trainer(setup, "curve", 4)
+
+    def heldout(t):
+        return evaluate(t.dcfg, t.params, TCFG, target.params, ds, held[:2], anchors=4,
+                        batch=2, answer_frac=1.0)
+
+    tr.fit(eval_fn=heldout, eval_every=2)
+    tr.close()
+    import json
+    rows = [json.loads(x) for x in open(root / "curve" / "heldout_curve.jsonl")]
+    assert [r["step"] for r in rows] == [0, 2, 4]
+    assert rows[0]["labels_seen"] == 0 and rows[2]["labels_seen"] > rows[1]["labels_seen"] > 0
+    assert len(rows[-1]["corr_acc_d"]) == DCFG.num_draft_positions
+
+
+def test_checkpoint_every_step_then_final_save(setup):
+    tr = _trainer(setup, "ckpt_each", 2, ckpt_every_s=0.0)
+    assert len(tr.fit()) == 2            # the periodic checkpoint at the last step is reused
+    assert tr._mgr.latest_step() == 2
+    tr.close()

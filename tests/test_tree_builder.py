@@ -1,4 +1,4 @@
-"""The JAX tree builder against the NumPy heap reference (SPEC §4).
+"""The JAX tree builder against the NumPy heap reference (docs/algorithm.md §4).
 
 Every case requires the same (token, depth, parent) sequence and node count, and scores equal
 to float32 rounding (XLA and NumPy differ in summation order and exp/log/tanh kernels; see

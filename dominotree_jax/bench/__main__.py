@@ -3,8 +3,12 @@
     python -m dominotree_jax.bench [--datasets humaneval,mtbench,math500]
         [--methods ar,dflash,domino,ddtree,dominotree] [--temperatures 0,0.5,1]
         [--num-prompts 3] [--max-new-tokens 80] [--budget 16 --node-topk 8 --top-m 64]
+        [--no-auto | --auto-only]
         [--drafter DIR|random] [--target PATH] [--out benchmarks/results]
 
+Every drafting method runs at the fixed ``--budget`` and with ``budget="auto"`` (labelled
+``<method>/auto``: each round picks its draft size by cost, see ``decoding/auto_size.py``; the
+report gives the histogram of the sizes chosen).
 Writes ``bench.json``, ``bench.md``, ``tau_hist.png`` and ``speedup.png`` under ``--out``.
 The defaults are sized for a quick run on a 2-core CPU; a full run: ``--num-prompts 0``
 (every prompt) and ``--max-new-tokens 256``. Without ``--drafter``
@@ -45,6 +49,10 @@ def parse_args(argv=None):
     ap.add_argument("--budget", type=int, default=d.budget)
     ap.add_argument("--node-topk", type=int, default=d.node_topk)
     ap.add_argument("--top-m", type=int, default=d.top_m)
+    auto = ap.add_mutually_exclusive_group()
+    auto.add_argument("--no-auto", action="store_true", help="fixed budgets only")
+    auto.add_argument("--auto-only", action="store_true",
+                      help='budget="auto" only (and ar): no fixed-budget runs')
     ap.add_argument("--buckets", type=_csv(int), default=DEFAULT_BUCKETS,
                     help="prompt pad widths (one compile per method, temperature and width)")
     ap.add_argument("--seed", type=int, default=d.seed, help="sampling seed (T > 0)")
@@ -72,12 +80,14 @@ def main(argv=None):
     settings = BenchSettings(
         methods=usable_methods(args.methods, pair.drafter_config),
         temperatures=args.temperatures, max_new_tokens=args.max_new_tokens, budget=args.budget,
-        node_topk=args.node_topk, top_m=args.top_m, buckets=args.buckets, seed=args.seed)
+        node_topk=args.node_topk, top_m=args.top_m, buckets=args.buckets, seed=args.seed,
+        auto=not args.no_auto, auto_only=args.auto_only)
     n = args.num_prompts or None
     texts = {d: prompt_sets.load(d, n, args.sample_seed) for d in args.datasets}
     token_prompts = {d: [pair.target.chat_prompt(t) for t in ts] for d, ts in texts.items()}
     print(f"loaded models and prompts in {time.perf_counter() - t0:.1f}s; "
-          f"{sum(map(len, token_prompts.values()))} prompts, methods {settings.methods}, "
+          f"{sum(map(len, token_prompts.values()))} prompts, "
+          f"runs {[v[0] for v in settings.variants]}, "
           f"temperatures {settings.temperatures}, {jax.default_backend()}", file=sys.stderr)
     result = run_and_report(
         pair, token_prompts, settings, args.out, target_name=target_name,

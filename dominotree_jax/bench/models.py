@@ -27,8 +27,8 @@ def shipped_drafter() -> str | None:
 def random_smollm2_drafter(target_cfg, seed: int = 0):
     """(DrafterConfig, params): a random-init Domino drafter shaped for ``target_cfg``
     (one Qwen3 layer, block 8, taps (1, L/2, L-3), GRU 256, embedding 128)."""
-    from dominotree_jax.config import DrafterConfig
-    from dominotree_jax.model.drafter import check_pair, init_drafter_params
+    from dominotree_jax.config import DrafterConfig, check_pair
+    from dominotree_jax.model.drafter import init_drafter_params
 
     L = target_cfg.num_hidden_layers
     cfg = DrafterConfig(

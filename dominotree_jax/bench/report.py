@@ -1,12 +1,14 @@
 """Benchmark outputs: per-cell summary, ``bench.json``, ``bench.md``, ``tau_hist.png``,
 ``speedup.png``.
 
-A cell is (dataset, temperature, method), aggregated over its prompts:
+A cell is (dataset, temperature, method), aggregated over its prompts; a method label is the
+method at the fixed ``--budget`` or ``<method>/auto`` (``budget="auto"``):
 - ``tau``: mean accepted tokens per round, bonus included (sum of per-round τ over all rounds of
   all prompts / number of rounds; the prefill's first token is not a round);
 - ``tok_s``: generated tokens / wall seconds, both summed over the prompts;
 - ``speedup``: ``tok_s`` over ``ar``'s ``tok_s`` in the same dataset and temperature;
-- ``mismatches``: prompts whose tokens differ from ``ar``'s (temperature 0 only, else None).
+- ``mismatches``: prompts whose tokens differ from ``ar``'s (temperature 0 only, else None);
+- ``sizes``: how many rounds verified each number of draft nodes (auto mode's choices).
 """
 
 from __future__ import annotations
@@ -34,12 +36,22 @@ def summarize(records: list[dict]) -> list[dict]:
             "tau": sum(sum(r["taus"]) for r in rs) / rounds if rounds else float("nan"),
             "tok_s": tokens / wall if wall > 0 else float("nan"),
             "mismatches": (sum(r["mismatch"] is not None for r in rs) if temp == 0 else None),
+            "sizes": size_histogram(r.get("sizes", []) for r in rs),
         })
     ar = {(c["dataset"], c["temperature"]): c["tok_s"] for c in cells if c["method"] == "ar"}
     for c in cells:
         ref = ar.get((c["dataset"], c["temperature"]))
         c["speedup"] = c["tok_s"] / ref if ref else float("nan")
     return cells
+
+
+def size_histogram(size_lists) -> dict[str, int]:
+    """``{draft nodes verified: rounds}`` over all rounds (keys as strings: JSON)."""
+    counts: dict[int, int] = defaultdict(int)
+    for sizes in size_lists:
+        for n in sizes:
+            counts[int(n)] += 1
+    return {str(n): counts[n] for n in sorted(counts)}
 
 
 def _strict(x):
@@ -74,7 +86,8 @@ def markdown(result: dict) -> str:
     lines += [f"- command: `{result['command']}`",
               f"- target: `{s['target']}`; drafter: `{s['drafter']}`",
               f"- methods {', '.join(s['methods'])}; {s['num_prompts']} prompt(s) per dataset; "
-              f"max_new_tokens {s['max_new_tokens']}; budget {s['budget']}, k {s['node_topk']}, "
+              f"max_new_tokens {s['max_new_tokens']}; budget {s['budget']} (and `auto`: "
+              f"{'yes' if s.get('auto') else 'no'}), k {s['node_topk']}, "
               f"M {s['top_m']}; batch 1; seed {s['seed']}",
               f"- machine: {result['machine'].get('summary', '')}",
               f"- total wall time {result.get('total_s', float('nan')):.0f} s "
@@ -98,6 +111,15 @@ def markdown(result: dict) -> str:
             mm += c["mismatches"] or 0
         row.append("–" if temp != 0 else (f"**{mm}**" if mm else "0"))
         lines.append("| " + " | ".join(row) + " |")
+    auto = [c for c in cells if c["method"].endswith("/auto") and c.get("sizes")]
+    if auto:
+        lines += ["", "Draft sizes chosen by `budget=\"auto\"` (nodes verified per round: share "
+                  "of rounds; 0 = a plain AR step):", "",
+                  "| dataset | T | method | sizes |", "|---|---|---|---|"]
+        for c in auto:
+            total = sum(c["sizes"].values())
+            hist = ", ".join(f"{n}: {100 * k / total:.0f}%" for n, k in c["sizes"].items())
+            lines.append(f"| {c['dataset']} | {c['temperature']:g} | {c['method']} | {hist} |")
     if total_mm:
         lines += ["", "## Mismatches at temperature 0", ""]
         for m in result["mismatches"]:

@@ -9,7 +9,8 @@ Timing. One prompt at a time: wall time of the compiled call up to ``block_until
 (prefill included, compile excluded). Prompts are the outer loop and methods the inner one, so
 the machine's load drifts over all methods alike.
 
-Identity. At temperature 0 every method must emit exactly ``ar``'s tokens (SPEC §5: lossless);
+Identity. At temperature 0 every method must emit exactly ``ar``'s tokens
+(docs/algorithm.md §5: lossless);
 ``check_identity`` compares them per prompt and each mismatch is printed and recorded.
 At temperature > 0 every method gets the same fixed key per prompt (``seed`` folded with the
 prompt index); outputs then differ between methods and are not compared.
@@ -43,6 +44,10 @@ class BenchSettings:
     buckets: tuple[int, ...] = DEFAULT_BUCKETS
     seed: int = 0
     stop_ids: tuple[int, ...] | None = None  # None: the pair's default (the tokenizer's eos ids)
+    # also run every drafting method with budget="auto" (labelled "<method>/auto"); auto_only:
+    # run only those (and ar)
+    auto: bool = True
+    auto_only: bool = False
 
     def __post_init__(self):
         bad = [m for m in self.methods if m not in METHODS]
@@ -56,6 +61,17 @@ class BenchSettings:
         object.__setattr__(self, "methods",
                            ("ar",) + tuple(dict.fromkeys(m for m in self.methods if m != "ar")))
         object.__setattr__(self, "buckets", tuple(sorted(set(self.buckets))))
+
+    @property
+    def variants(self) -> tuple[tuple[str, str, int | str], ...]:
+        """``(label, method, budget)`` of every decode run per prompt, ``ar`` first."""
+        out = [("ar", "ar", self.budget)]
+        for m in self.methods[1:]:
+            if not self.auto_only:
+                out.append((m, m, self.budget))
+            if self.auto or self.auto_only:
+                out.append((f"{m}/auto", m, "auto"))
+        return tuple(out)
 
 
 def bucket_width(prompt_len: int, buckets: tuple[int, ...]) -> int:
@@ -135,7 +151,9 @@ def _record(out, wall_s: float) -> dict:
     n = int(out.num_tokens[0])
     rounds = int(out.num_rounds[0])
     taus = np.asarray(out.accept_lengths[0, :rounds]).tolist()
-    return {"num_tokens": n, "num_rounds": rounds, "taus": taus, "wall_s": wall_s,
+    sizes = np.asarray(out.draft_sizes[0, :rounds]).tolist()   # draft nodes verified per round
+    return {"num_tokens": n, "num_rounds": rounds, "taus": taus, "sizes": sizes,
+            "wall_s": wall_s,
             "tokens": np.asarray(out.tokens[0, :n]).tolist()}
 
 
@@ -150,16 +168,17 @@ def run_benchmark(pair, prompts: dict[str, list[list[int]]], settings: BenchSett
 
     decoders = CompiledDecoders(pair.params)
     configs = {}
-    for method in settings.methods:
+    for label, method, budget in settings.variants:
         for temp in settings.temperatures:
             kw = dict(max_new_tokens=settings.max_new_tokens, temperature=float(temp),
-                      budget=settings.budget, node_topk=settings.node_topk, top_m=settings.top_m)
+                      budget=budget, node_topk=settings.node_topk, top_m=settings.top_m)
             if settings.stop_ids is not None:
                 kw["stop_ids"] = tuple(settings.stop_ids)
-            configs[method, temp] = pair.config(method, **kw)
+            configs[label, temp] = pair.config(method, **kw)
+    labels = [label for label, _, _ in settings.variants]
 
     total = (sum(len(p) for p in prompts.values()) * len(settings.temperatures)
-             * len(settings.methods))
+             * len(labels))
     bar = tqdm(total=total, disable=not progress, desc="bench", unit="run", file=sys.stderr,
                dynamic_ncols=True)
     say = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
@@ -171,7 +190,7 @@ def run_benchmark(pair, prompts: dict[str, list[list[int]]], settings: BenchSett
                 prompt_1W = pad_prompt(ids, width)
                 key = _prompt_key(settings.seed, d_idx, p_idx)
                 reference = None
-                for method in settings.methods:
+                for method in labels:
                     cfg = configs[method, temp]
                     if (cfg, width) not in decoders.compile_s:
                         bar.set_postfix_str(f"compiling + warm-up: {method} T={temp:g} "
@@ -179,6 +198,7 @@ def run_benchmark(pair, prompts: dict[str, list[list[int]]], settings: BenchSett
                     out, wall_s = decoders(cfg, prompt_1W, len(ids), key)
                     rec = {"dataset": dataset, "temperature": float(temp), "prompt": p_idx,
                            "prompt_tokens": len(ids), "width": width, "method": method,
+                           "budget": cfg.budget if cfg.method != "ar" else 0,
                            **_record(out, wall_s), "mismatch": None}
                     if method == "ar":
                         reference = rec["tokens"]
@@ -196,10 +216,14 @@ def run_benchmark(pair, prompts: dict[str, list[list[int]]], settings: BenchSett
                                         f"{rec['num_tokens'] / wall_s:.1f} tok/s")
                     bar.update()
     bar.close()
-    compiles = [{"method": cfg.method, "temperature": cfg.temperature, "width": w,
+    compiles = [{"method": cfg.method, "budget": cfg.budget, "temperature": cfg.temperature,
+                 "width": w,
                  "compile_s": s, "warmup_s": decoders.warmup_s[cfg, w]}
                 for (cfg, w), s in decoders.compile_s.items()]
-    return {"records": records, "mismatches": mismatches, "compiles": compiles}
+    auto_costs = {label: [t.to_json() for t in cfg.auto_costs]   # the tables auto mode used
+                  for (label, temp), cfg in configs.items() if cfg.is_auto}
+    return {"records": records, "mismatches": mismatches, "compiles": compiles,
+            "auto_costs": auto_costs}
 
 
 def machine_info() -> dict:

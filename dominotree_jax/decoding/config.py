@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from dominotree_jax.config import TargetConfig
+from dominotree_jax.decoding import auto_size
 from dominotree_jax.sampling import validate_sampling
 from dominotree_jax.tree.builder import TREE_METHODS, check_settings
 
@@ -28,28 +29,54 @@ class DecodeConfig:
     top_k: int = 0
     top_p: float = 1.0
     stop_ids: tuple[int, ...] = ()
-    budget: int = 16                 # N: draft nodes per tree (root excluded)
+    # N: draft nodes per tree (root excluded), or "auto": each round picks a size from
+    # ``auto_sizes`` by expected tokens per unit of time (``decoding/auto_size.py``)
+    budget: int | str = 16
     node_topk: int = 8               # k: children per node
     top_m: int = 64                  # M: candidates per depth (0 = full vocabulary)
     use_pallas: Any = "auto"
     return_logprobs: bool = False
+    # also return the target's tapped features of the prompt and committed tokens (the
+    # drafter's inputs; ``rollout.drafter_refresh`` trains on them)
+    return_features: bool = False
     max_len: int | None = None       # cache slots; None = prompt + max_new_tokens + verify rows
+    # W: every drafter layer sees only the last W committed context rows (its context is then
+    # a W-slot ring); None: the drafter's own (released sliding_window, else everything).
+    # Copied into ``drafter.draft_window``, which is what the drafter reads.
+    draft_window: int | None = None
+    # budget="auto" only: the static sizes (draft nodes; 0 = a plain AR step; None = trees
+    # 0, 2, 4, 8, 16, chains 0, 2, 4, ..., J), the round costs (``CostTable``s; None = the
+    # calibrated file, see ``auto_size.load_costs``) and the base probe interval in rounds
+    auto_sizes: tuple[int, ...] | None = None
+    auto_costs: Any = None
+    auto_probe_every: int = 8
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose one of {METHODS}")
+        if self.draft_window is not None and (not isinstance(self.draft_window, int)
+                                              or self.draft_window < 1):
+            raise ValueError(f"draft_window must be a positive integer, got "
+                             f"{self.draft_window!r}")
+        if self.drafter is not None and self.drafter.draft_window != self.draft_window:
+            object.__setattr__(self, "drafter", dataclasses.replace(
+                self.drafter, draft_window=self.draft_window))
         validate_sampling(self.temperature, self.top_k, self.top_p)
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.return_features and self.method == "ar":
+            raise ValueError("return_features needs a drafter's tap layers; method 'ar' has none")
         if self.method != "ar":
             if self.drafter is None:
                 raise ValueError(f"method {self.method!r} needs a drafter config")
             if self.drafter.block_size < 2:
                 raise ValueError(f"drafter block_size must be >= 2, got "
                                  f"{self.drafter.block_size}")
+        self._resolve_auto()
         if self.method in TREE_METHODS:
             check_settings(self.drafter.num_draft_positions, self.target.vocab_size,
-                           method=self.method, budget=self.budget, node_topk=self.node_topk,
+                           method=self.method, budget=self.num_draft_nodes,
+                           node_topk=self.node_topk,
                            top_m=self.top_m, prefix_len=self.drafter.pure_draft_prefix_len)
         if self.method in ("domino", "dominotree") and not self.drafter.is_domino:
             raise ValueError(f"method {self.method!r} needs a Domino drafter "
@@ -57,6 +84,44 @@ class DecodeConfig:
         bad = [s for s in self.stop_ids if not 0 <= s < self.target.vocab_size]
         if bad:
             raise ValueError(f"stop ids outside the vocabulary: {bad}")
+
+    def _resolve_auto(self):
+        if isinstance(self.budget, str) and self.budget != "auto":
+            raise ValueError(f"budget must be a positive int or 'auto', got {self.budget!r}")
+        if not self.is_auto:
+            if not isinstance(self.budget, (int, str)) or isinstance(self.budget, bool):
+                raise ValueError(f"budget must be a positive int or 'auto', got {self.budget!r}")
+            return
+        if not isinstance(self.auto_probe_every, int) or self.auto_probe_every < 1:
+            raise ValueError(f"auto_probe_every must be a positive int, got "
+                             f"{self.auto_probe_every!r}")
+        if self.auto_sizes is not None:
+            object.__setattr__(self, "auto_sizes", tuple(self.auto_sizes))
+        auto_size.check_sizes(self.draft_sizes, self.method, self.drafter.num_draft_positions)
+        costs = self.auto_costs
+        if costs is None:
+            costs = auto_size.load_costs(self.target, self.drafter)
+        elif isinstance(costs, auto_size.CostTable):
+            costs = (costs,)
+        costs = tuple(costs)
+        if not costs or not all(isinstance(c, auto_size.CostTable) for c in costs):
+            raise ValueError(f"auto_costs must be a CostTable or a tuple of them, got {costs!r}")
+        object.__setattr__(self, "auto_costs", costs)
+
+    @property
+    def draft_sizes(self) -> tuple[int, ...]:
+        """The sizes a round may verify: ``auto_sizes`` (or their default) in auto mode, else
+        the one fixed size."""
+        if not self.is_auto:
+            return (self.num_draft_nodes,)
+        if self.auto_sizes is not None:
+            return self.auto_sizes
+        return auto_size.default_sizes(self.method, self.drafter.num_draft_positions)
+
+    @property
+    def is_auto(self) -> bool:
+        """``budget="auto"`` with a drafting method (``ar`` ignores the budget)."""
+        return self.budget == "auto" and self.method != "ar"
 
     def replace(self, **kw) -> "DecodeConfig":
         return dataclasses.replace(self, **kw)
@@ -66,6 +131,8 @@ class DecodeConfig:
         """Rows verified per round besides the root."""
         if self.method == "ar":
             return 0
+        if self.is_auto:
+            return self.draft_sizes[-1]
         if self.method in CHAIN_METHODS:
             return self.drafter.num_draft_positions
         return self.budget

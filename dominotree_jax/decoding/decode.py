@@ -10,6 +10,7 @@ Batches are right-padded: row ``b`` holds its prompt in columns ``0 .. prompt_le
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -19,9 +20,11 @@ import numpy as np
 from dominotree_jax.decoding.accept import accept_walk
 from dominotree_jax.decoding.commit import PAD, commit
 from dominotree_jax.decoding.config import DecodeConfig
-from dominotree_jax.decoding.draft import bind_drafter_for, draft_round, tap_layers_for
+from dominotree_jax.decoding.auto_size import AutoPolicy
+from dominotree_jax.decoding.draft import (bind_drafter_for, draft_round, first_nodes,
+                                           skipped_draft, tap_layers_for)
 from dominotree_jax.decoding.verify import verify
-from dominotree_jax.model.cache import KVCache, gather_rows
+from dominotree_jax.model.cache import KVCache, gather_rows, write_rows
 from dominotree_jax.model.drafter import DrafterContext
 from dominotree_jax.model.target import bind_target, prefill
 from dominotree_jax.sampling import sample_tokens, sampling_logprobs
@@ -34,6 +37,13 @@ class DecodeOutput(NamedTuple):
     accept_lengths: jax.Array  # [B, max_new_tokens] int32 tokens committed per round, 0 = none
     num_rounds: jax.Array      # [B] int32 rounds this row took part in
     logprobs: jax.Array        # [B, max_new_tokens] float32 (zeros unless return_logprobs)
+    # [B, T + max_new_tokens, F] with return_features (else None): the target's tapped features
+    # at absolute positions; known below prompt_length + num_tokens - 1 (the last token has not
+    # been through the target), zeros/garbage from there on
+    features: Any = None
+    # [B, max_new_tokens] int32 draft nodes verified in each round (0 = a plain AR step; the
+    # fixed size unless budget="auto"), -1 = no round
+    draft_sizes: Any = None
 
 
 class LoopState(NamedTuple):
@@ -52,6 +62,9 @@ class LoopState(NamedTuple):
     rounds_B: jax.Array   # [B] int32 rounds taken
     taus_BX: jax.Array    # [B, max_new_tokens] int32 tokens committed in each round
     key: jax.Array        # PRNG key for sampling
+    feats_BWF: Any = None  # [B, T + O, F] tapped features by position (return_features only)
+    sizes_BX: Any = None   # [B, max_new_tokens] int32 draft nodes verified in each round, -1 = none
+    auto: Any = None       # AutoState (budget="auto" only)
 
 
 def cache_length(config: DecodeConfig, prompt_len: int) -> int:
@@ -118,8 +131,9 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     ctx = None
     if drafter is not None:
         pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-        ctx = drafter.extend_context(DrafterContext.zeros(drafter.cfg, B, S, dtype), pre.taps,
-                                     pos_BT, jnp.zeros((B,), jnp.int32), lengths_B)
+        ctx_slots = drafter.cfg.context_slots(S)  # a ring of W slots under a drafter window
+        ctx = drafter.extend_context(DrafterContext.zeros(drafter.cfg, B, ctx_slots, dtype),
+                                     pre.taps, pos_BT, jnp.zeros((B,), jnp.int32), lengths_B)
 
     O = config.max_new_tokens + config.max_depth + 1
     out_BO = jnp.full((B, O), PAD, jnp.int32).at[:, 0].set(first_B)
@@ -130,45 +144,92 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     n_B = jnp.ones((B,), jnp.int32)
     done_B = _finished(out_BO, n_B - 1, n_B, config)
     n_B = jnp.where(done_B, _stop_length(out_BO, jnp.zeros_like(n_B), n_B, config), n_B)
+    feats_BWF = None
+    if config.return_features:
+        feats_BWF = jnp.pad(pre.taps, ((0, 0), (0, O), (0, 0)))
+    policy = AutoPolicy(config, B) if config.is_auto else None
     state = LoopState(pre.cache, ctx, out_BO, logp_BO, n_B, done_B, jnp.zeros((B,), jnp.int32),
-                      jnp.zeros((B, config.max_new_tokens), jnp.int32), key)
+                      jnp.zeros((B, config.max_new_tokens), jnp.int32), key, feats_BWF,
+                      jnp.full((B, config.max_new_tokens), -1, jnp.int32),
+                      policy.init() if policy is not None else None)
+    P = config.max_depth + 1
 
-    def round_fn(s: LoopState) -> LoopState:
-        start_B = lengths_B + s.n_B - 1
-        t0_B = jnp.take_along_axis(s.out_BO, (s.n_B - 1)[:, None], 1)[:, 0]
-        # 1. draft
-        draft = draft_round(config, target, drafter, s.ctx, t0_B, start_B)
-        # 2. verify
-        logits_BRV, taps_BRF, cache = verify(target, s.cache, t0_B, start_B, draft.tokens_BN,
-                                             draft.depths_BN, draft.ancestor_BRR, taps)
-        # 3. accept
-        key, sub = jax.random.split(s.key)
+    def verify_and_commit(n: int, draft, s: LoopState, t0_B, start_B, sub):
+        """Steps 2-4 on the first ``n`` draft nodes (static ``n``): verify ``n + 1`` rows,
+        accept, commit. Returns (Committed, accepted nodes [B], the target's first token [B],
+        the committed rows' features [B, P, F] or None)."""
+        d = first_nodes(draft, n) if draft.tokens_BN.shape[1] != n else draft
+        logits_BRV, taps_BRF, cache = verify(target, s.cache, t0_B, start_B, d.tokens_BN,
+                                             d.depths_BN, d.ancestor_BRR, taps)
         post_BR = sample_tokens(sub, logits_BRV, config.temperature, config.top_k, config.top_p)
-        acc = accept_walk(draft.tokens_BN, draft.parents_BN, draft.valid_BN, post_BR,
-                          config.max_depth)
-        # 4. commit
+        acc = accept_walk(d.tokens_BN, d.parents_BN, d.valid_BN, post_BR,
+                          min(config.drafter.num_draft_positions, n) if n else 0)
         path_lp_BPV = None
         if config.return_logprobs:
             path_lp_BPV = sampling_logprobs(gather_rows(logits_BRV, acc.rows_BP),
                                             config.temperature, config.top_k, config.top_p)
-        c = commit(cache, s.ctx, drafter, s.out_BO, s.logp_BO, draft=draft, acc=acc,
+        c = commit(cache, s.ctx, drafter, s.out_BO, s.logp_BO, draft=d, acc=acc,
                    taps_BRF=taps_BRF, path_logprobs_BPV=path_lp_BPV, start_B=start_B, n_B=s.n_B,
                    done_B=s.done_B)
+        feats_BPF = None
+        if config.return_features:   # padded to P rows by repeating the last (never read)
+            feats_BPF = gather_rows(taps_BRF, acc.rows_BP)
+            feats_BPF = jnp.pad(feats_BPF, ((0, 0), (0, P - feats_BPF.shape[1]), (0, 0)),
+                                mode="edge")
+        return c, acc.num_nodes_B, post_BR[:, 0], feats_BPF
+
+    def round_fn(s: LoopState) -> LoopState:
+        start_B = lengths_B + s.n_B - 1
+        t0_B = jnp.take_along_axis(s.out_BO, (s.n_B - 1)[:, None], 1)[:, 0]
+        key, sub = jax.random.split(s.key)
+        auto = s.auto
+        if policy is None:   # a fixed size: draft, verify, accept, commit
+            draft = draft_round(config, target, drafter, s.ctx, t0_B, start_B)
+            size_B = jnp.full((B,), config.num_draft_nodes, jnp.int32)
+            c, _, _, feats_BPF = verify_and_commit(config.num_draft_nodes, draft, s, t0_B,
+                                                   start_B, sub)
+        else:   # auto: draft or not, pick a size, run that size's branch
+            live_B = ~s.done_B
+            drafted = policy.wants_draft(auto)
+            draft = jax.lax.cond(
+                drafted, lambda: draft_round(config, target, drafter, s.ctx, t0_B, start_B),
+                lambda: skipped_draft(B, config.num_draft_nodes))
+            choice = policy.choose(auto, draft, live_B)
+            index = jnp.where(drafted, choice.index, 0)
+            choice = choice._replace(index=index)
+            branches = [functools.partial(verify_and_commit, n) for n in policy.sizes]
+            c, accepted_B, first_B, feats_BPF = jax.lax.switch(
+                index, branches, draft, s, t0_B, start_B, sub)
+            size_B = jnp.asarray(policy.sizes, jnp.int32)[index] + jnp.zeros((B,), jnp.int32)
+            root_hit_B = jnp.any(draft.valid_BN & (draft.parents_BN < 0)
+                                 & (draft.tokens_BN == first_B[:, None]), axis=1)
+            auto = policy.update(auto, drafted, choice, c.tau_B, accepted_B, root_hit_B, live_B)
         n_new_B = jnp.where(s.done_B, s.n_B, s.n_B + c.tau_B)
         stop_B = _finished(c.out_BO, s.n_B, n_new_B, config) & ~s.done_B
         n_new_B = jnp.where(stop_B, _stop_length(c.out_BO, s.n_B, n_new_B, config), n_new_B)
         # record what was committed (a last round may be cut by a stop or max_new_tokens)
         round_slot_B = jnp.where(s.done_B, config.max_new_tokens, s.rounds_B)
-        taus_BX = s.taus_BX.at[jnp.arange(B), round_slot_B].set(n_new_B - s.n_B, mode="drop")
+        rows_B = jnp.arange(B)
+        taus_BX = s.taus_BX.at[rows_B, round_slot_B].set(n_new_B - s.n_B, mode="drop")
+        sizes_BX = s.sizes_BX.at[rows_B, round_slot_B].set(size_B, mode="drop")
+        feats_BWF = s.feats_BWF
+        if config.return_features:   # the committed rows' features at their positions
+            W = feats_BWF.shape[1]
+            feats_BWF = write_rows(feats_BWF, feats_BPF, jnp.where(s.done_B, W, start_B))
         return LoopState(c.cache, c.ctx, c.out_BO, c.logp_BO, n_new_B, s.done_B | stop_B,
-                         s.rounds_B + (~s.done_B).astype(jnp.int32), taus_BX, key)
+                         s.rounds_B + (~s.done_B).astype(jnp.int32), taus_BX, key, feats_BWF,
+                         sizes_BX, auto)
 
     final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), round_fn, state)
     n_B = jnp.minimum(final.n_B, config.max_new_tokens)
     keep = jnp.arange(config.max_new_tokens)[None] < n_B[:, None]
     tokens = jnp.where(keep, final.out_BO[:, :config.max_new_tokens], PAD)
     logp = jnp.where(keep, final.logp_BO[:, :config.max_new_tokens], 0.0)
-    return DecodeOutput(tokens, n_B, final.taus_BX, final.rounds_B, logp)
+    feats = None
+    if config.return_features:
+        feats = final.feats_BWF[:, :T + config.max_new_tokens]
+    return DecodeOutput(tokens, n_B, final.taus_BX, final.rounds_B, logp, feats,
+                        final.sizes_BX)
 
 
 def _is_stop(tok, config: DecodeConfig):

@@ -26,6 +26,9 @@ class Draft(NamedTuple):
     depths_BN: jax.Array     # [B, N] int32 (-1 for invalid nodes)
     valid_BN: jax.Array      # [B, N] bool
     ancestor_BRR: jax.Array  # [B, R, R] bool: verify row i sees row j (R = 1 + N)
+    # [B, N] float32 the drafter's cumulative path log-prob of each node (-inf if invalid);
+    # non-increasing in pop order, so the first n nodes are the n most likely ones
+    scores_BN: jax.Array | None = None
 
 
 def tap_layers_for(config: DecodeConfig) -> tuple[int, ...]:
@@ -45,13 +48,31 @@ def bind_drafter_for(config: DecodeConfig, drafter_params):
 def draft_from_tree(tree: Tree) -> Draft:
     """A batch of ``Tree``s (leading dim B) with their verify-row visibility."""
     ancestor_BRR, _ = jax.vmap(tree_attention)(tree.parents, tree.valid)
-    return Draft(tree.tokens, tree.parents, tree.depths, tree.valid, ancestor_BRR)
+    return Draft(tree.tokens, tree.parents, tree.depths, tree.valid, ancestor_BRR,
+                 jnp.where(tree.valid, tree.scores, -jnp.inf).astype(jnp.float32))
 
 
 def empty_draft(batch: int) -> Draft:
     """``ar``: no nodes; the root row is verified alone."""
-    empty = jnp.zeros((batch, 0), jnp.int32)
-    return Draft(empty, empty, empty, jnp.zeros((batch, 0), bool), jnp.ones((batch, 1, 1), bool))
+    return first_nodes(skipped_draft(batch, 0), 0)
+
+
+def skipped_draft(batch: int, num_nodes: int) -> Draft:
+    """A draft of ``num_nodes`` invalid nodes (auto mode's rounds that do not draft)."""
+    N = num_nodes
+    return Draft(jnp.zeros((batch, N), jnp.int32), jnp.full((batch, N), -1, jnp.int32),
+                 jnp.full((batch, N), -1, jnp.int32), jnp.zeros((batch, N), bool),
+                 jnp.broadcast_to(jnp.eye(N + 1, dtype=bool).at[:, 0].set(True),
+                                  (batch, N + 1, N + 1)),
+                 jnp.full((batch, N), -jnp.inf, jnp.float32))
+
+
+def first_nodes(draft: Draft, n: int) -> Draft:
+    """The first ``n`` nodes of ``draft`` (static ``n``): a valid subtree, since parents come
+    before their children in pop order; their verify rows keep the same visibility."""
+    return Draft(draft.tokens_BN[:, :n], draft.parents_BN[:, :n], draft.depths_BN[:, :n],
+                 draft.valid_BN[:, :n], draft.ancestor_BRR[:, :n + 1, :n + 1],
+                 draft.scores_BN[:, :n])
 
 
 def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> Draft:
@@ -65,13 +86,13 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) ->
 
 
 def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> Draft:
-    """Best-first tree of ``budget`` nodes per batch row (``ddtree`` marginal, ``dominotree``
+    """Best-first tree of ``num_draft_nodes`` per batch row (``ddtree`` marginal, ``dominotree``
     conditional on the path through the Domino head)."""
     head = drafter.head_weights(target) if config.method == "dominotree" else None
 
     def one(base_JV, z_JH, t0):
         return build_tree_from_head(base_JV, z_JH, t0, head, method=config.method,
-                                    budget=config.budget, node_topk=config.node_topk,
+                                    budget=config.num_draft_nodes, node_topk=config.node_topk,
                                     top_m=config.top_m,
                                     prefix_len=config.drafter.pure_draft_prefix_len,
                                     use_pallas=config.use_pallas)

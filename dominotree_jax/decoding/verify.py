@@ -1,8 +1,10 @@
-"""Tree verification (SPEC §5): one target forward over ``[t0, node_0 .. node_{N-1}]``.
+"""Tree verification (docs/algorithm.md §5): one target forward over ``[t0, node_0 .. node_{N-1}]``.
 
 Row ``r`` is written to cache slot ``start + r``; its RoPE position is ``start`` for the root
 and ``start + 1 + depth`` for nodes. Each row sees the committed prefix (slots ``< start``) and,
-inside the tree block, the root, its ancestors and itself.
+inside the tree block, the root, its ancestors and itself: that is the structured mask of
+``TargetModel.forward_cached`` (prefix length ``start``, in-block mask ``ancestor``), so no
+``[B, R, S]`` mask is built; ``verify_mask`` spells the same visibility out densely.
 """
 
 from __future__ import annotations
@@ -30,6 +32,6 @@ def verify(target, cache: KVCache, t0_B, start_B, tokens_BN, depths_BN, ancestor
     rows_BR = jnp.concatenate([t0_B[:, None], tokens_BN], axis=1)
     pos_BR = start_B[:, None] + jnp.concatenate(
         [jnp.zeros_like(t0_B)[:, None], 1 + jnp.maximum(depths_BN, 0)], axis=1)
-    mask = verify_mask(start_B, ancestor_BRR, cache.max_len)
-    out = target(rows_BR, pos_BR, mask, cache, start_B, tap_layers=tap_layers)
+    out = target.forward_cached(rows_BR, pos_BR, cache, start_B, start_B, ancestor_BRR,
+                                tap_layers=tap_layers)
     return target.logits(out.hidden), out.taps, out.cache

@@ -1,8 +1,13 @@
 """Fixed-shape caches, kept outside the modules as explicit pytrees.
 
-``KVCache``: the target's keys/values ``[layers, batch, max_len, kv_heads, head_dim]``. Slot ``s``
-of a row holds the token at absolute position ``s`` once committed; uncommitted slots are
-garbage that attention masks never show.
+``KVCache``: the target's keys/values, one array ``[batch, kv_heads, max_len, head_dim]`` per
+layer (a tuple of ``L``). Slot ``s`` of a row holds the token at absolute position ``s`` once
+committed; uncommitted slots are garbage that attention never shows.
+
+Why per layer and kv-head major: slicing layer ``i`` out of one stacked ``[L, ...]`` array
+inside the jitted forward made XLA CPU run every attention product on a strided view, 3-8x
+slower (``benchmarks/results/profile.md``); a ``[S, D]`` panel per (batch, kv head) is what
+the attention matmuls read contiguously.
 """
 
 from __future__ import annotations
@@ -15,17 +20,22 @@ from jax import lax
 
 
 class KVCache(NamedTuple):
-    k: jax.Array  # [L, B, S, K, D]
-    v: jax.Array  # [L, B, S, K, D]
+    k: tuple  # L x [B, K, S, D]
+    v: tuple  # L x [B, K, S, D]
 
     @property
     def max_len(self) -> int:
-        return self.k.shape[2]
+        return self.k[0].shape[2]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.k)
 
     @classmethod
     def zeros(cls, num_layers, batch, max_len, num_kv_heads, head_dim, dtype=jnp.float32):
-        shape = (num_layers, batch, max_len, num_kv_heads, head_dim)
-        return cls(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+        shape = (batch, num_kv_heads, max_len, head_dim)
+        return cls(tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
+                   tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)))
 
 
 # Batched writes/moves are gathers/scatters with explicit *batching dims* (operand batch dim <->
@@ -49,16 +59,23 @@ def write_rows(cache_BSX: jax.Array, new_BTX: jax.Array, start_B: jax.Array) -> 
 
     Rows that would land past the end are dropped (never clamped onto committed slots).
     """
-    slots_BT = start_B[:, None] + jnp.arange(new_BTX.shape[1])[None]
+    return write_rows_at(cache_BSX, new_BTX, start_B[:, None] + jnp.arange(new_BTX.shape[1])[None])
+
+
+def write_rows_at(cache_BSX: jax.Array, new_BTX: jax.Array, slots_BT: jax.Array) -> jax.Array:
+    """Write row ``t`` of batch row ``b`` at slot ``slots[b, t]`` (out-of-range slots: dropped)."""
     return _scatter_rows(cache_BSX, 0, slots_BT[..., None], new_BTX, (1,))
 
 
-def write_layer_rows(cache_LBSX: jax.Array, layer: int, new_BTX: jax.Array,
-                     start_B: jax.Array) -> jax.Array:
-    """``write_rows`` into layer ``layer`` of a stacked ``[L, B, S, ...]`` cache, in place."""
-    slots_BT = start_B[:, None] + jnp.arange(new_BTX.shape[1])[None]
-    idx_BT2 = jnp.stack([jnp.full_like(slots_BT, layer), slots_BT], axis=-1)
-    return _scatter_rows(cache_LBSX, 1, idx_BT2, new_BTX, (0, 2))
+def write_layer(cache_BKSD: jax.Array, new_BTKD: jax.Array, start_B: jax.Array) -> jax.Array:
+    """Write ``T`` new rows ``[B, T, K, D]`` at slots ``start_b ..`` of one layer's cache
+    ``[B, K, S, D]`` (rows past the end are dropped), in place under jit."""
+    slots_BT = start_B[:, None] + jnp.arange(new_BTKD.shape[1])[None]
+    dnums = lax.ScatterDimensionNumbers(
+        update_window_dims=(2, 3), inserted_window_dims=(2,), scatter_dims_to_operand_dims=(2,),
+        operand_batching_dims=(0,), scatter_indices_batching_dims=(0,))
+    return lax.scatter(cache_BKSD, slots_BT[..., None], new_BTKD.astype(cache_BKSD.dtype), dnums,
+                       mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 
 def gather_rows(x_BSX: jax.Array, idx_BT: jax.Array) -> jax.Array:
@@ -67,17 +84,21 @@ def gather_rows(x_BSX: jax.Array, idx_BT: jax.Array) -> jax.Array:
                                axis=1)
 
 
-def compact_rows(cache_LBSX: jax.Array, start_B, src_BP) -> jax.Array:
-    """Move rows ``src[b, :]`` (absolute slots) to ``start_b, start_b+1, ...`` in every layer.
+def compact_rows(cache_layers, start_B, src_BP):
+    """Move slots ``src[b, :]`` to ``start_b, start_b+1, ...`` in every layer of a per-layer
+    cache (a tuple of ``[B, K, S, D]``); returns the tuple.
 
     Trailing entries of ``src`` past the accepted path repeat its last row: they are copied
     too (garbage, never visible), which keeps shapes static.
     """
-    L, _, _, *X = cache_LBSX.shape
     gdims = lax.GatherDimensionNumbers(
-        offset_dims=tuple(range(2, 3 + len(X))), collapsed_slice_dims=(2,),
-        start_index_map=(2,), operand_batching_dims=(1,), start_indices_batching_dims=(0,))
-    moved_BPLX = lax.gather(cache_LBSX, src_BP[..., None], gdims,
-                            slice_sizes=(L, 1, 1, *X), mode=lax.GatherScatterMode.CLIP)
-    dst_BP = start_B[:, None] + jnp.arange(src_BP.shape[1])[None]
-    return _scatter_rows(cache_LBSX, 1, dst_BP[..., None], moved_BPLX, (2,))
+        offset_dims=(2, 3), collapsed_slice_dims=(2,), start_index_map=(2,),
+        operand_batching_dims=(0,), start_indices_batching_dims=(0,))
+
+    def one(c_BKSD):
+        _, K, _, D = c_BKSD.shape
+        moved_BPKD = lax.gather(c_BKSD, src_BP[..., None], gdims, slice_sizes=(1, K, 1, D),
+                                mode=lax.GatherScatterMode.CLIP)
+        return write_layer(c_BKSD, moved_BPKD, start_B)
+
+    return tuple(one(c) for c in cache_layers)

@@ -14,12 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from dominotree_jax.linalg import matmul_t
+
 _INIT_STD = 0.02
-
-
-def matmul_t(x_sI: jax.Array, w_OI: jax.Array) -> jax.Array:
-    """``x @ w.T`` for ``w`` stored ``[out, in]``."""
-    return jax.lax.dot_general(x_sI, w_OI, (((x_sI.ndim - 1,), (1,)), ((), ())))
 
 
 class Linear(nnx.Module):
@@ -63,7 +60,8 @@ class SwiGLU(nnx.Module):
 # --------------------------------------------------------------------------- RoPE
 
 def rope_inv_freq(head_dim: int, theta: float, rope_scaling, max_position_embeddings: int):
-    """Inverse frequencies ``[head_dim // 2]`` (float32) and the cos/sin scale, as HF computes them."""
+    """Inverse frequencies ``[head_dim // 2]`` (float32) and the cos/sin scale, as HF computes
+    them."""
     exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
     pos_freqs = np.float32(theta) ** exponent
     inv_freq = (np.float32(1.0) / pos_freqs).astype(np.float32)
@@ -150,6 +148,100 @@ def attend(q_BTND, k_BSKD, v_BSKD, mask_BTS):
     p = p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
     out = jnp.einsum("bkgts,bskd->btkgd", p.astype(v_BSKD.dtype), v_BSKD)
     return out.reshape(B, T, N, D)
+
+
+# Blockwise (flash-style) attention over a KV cache with a structured mask. Query rows are new
+# tokens; row ``t`` of batch row ``b`` sees (a) every cache slot ``s < prefix[b]`` and (b) the
+# new rows ``j`` with ``block_mask[b, t, j]`` (their keys/values are passed in directly). The
+# cache part runs over key blocks with a running max/sum and stops after the last block that
+# holds a live slot; no ``[T, S]`` score or mask tensor exists. Heads are folded into the rows
+# of each product: per (batch, kv head) one ``[T*G, D] x [D, block]`` matmul.
+
+ATTENTION_BLOCK = 512  # cache slots per key block
+
+
+def _fold_queries(q_BTND, num_kv_heads: int):
+    """``[B, T, N, D]`` -> ``[B, K, T*G, D]`` (row ``t*G + g`` is query head ``k*G + g``)."""
+    B, T, N, D = q_BTND.shape
+    G = N // num_kv_heads
+    q = q_BTND.reshape(B, T, num_kv_heads, G, D).transpose(0, 2, 1, 3, 4)
+    return q.reshape(B, num_kv_heads, T * G, D)
+
+
+def _unfold_rows(o_BKMD, T: int):
+    B, K, M, D = o_BKMD.shape
+    G = M // T
+    return o_BKMD.reshape(B, K, T, G, D).transpose(0, 2, 1, 3, 4).reshape(B, T, K * G, D)
+
+
+def _scores(q_BKMD, k_BKSD):
+    """Scaled float32 scores ``[B, K, M, S]``."""
+    s = jax.lax.dot_general(q_BKMD, k_BKSD, (((3,), (3,)), ((0, 1), (0, 1))),
+                            preferred_element_type=jnp.float32)
+    return s * (q_BKMD.shape[-1] ** -0.5)
+
+
+def _online_step(state, s_BKMS, visible, v_BKSD):
+    """One key block of the running softmax: state ``(max, sum, acc)`` in float32."""
+    m_BKM1, l_BKM1, acc_BKMD = state
+    s_BKMS = jnp.where(visible, s_BKMS, -jnp.inf)
+    m_new = jnp.maximum(m_BKM1, jnp.max(s_BKMS, axis=-1, keepdims=True))
+    m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+    alpha = jnp.exp(m_BKM1 - m_safe)
+    p_BKMS = jnp.exp(s_BKMS - m_safe)
+    pv_BKMD = jax.lax.dot_general(p_BKMS.astype(v_BKSD.dtype), v_BKSD,
+                                  (((3,), (2,)), ((0, 1), (0, 1))),
+                                  preferred_element_type=jnp.float32)
+    return (m_new, l_BKM1 * alpha + jnp.sum(p_BKMS, axis=-1, keepdims=True),
+            acc_BKMD * alpha + pv_BKMD)
+
+
+def attend_cached(q_BTND, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, cache_v_BKSD,
+                  prefix_B, *, block: int | None = None):
+    """Attention of new rows over the committed cache prefix and the new rows themselves.
+
+    ``cache_*_BKSD``: one layer's cache ``[B, K, S, D]``; slots ``>= prefix[b]`` are never read
+    into the result (and key blocks past ``max(prefix)`` are not computed). ``block_mask_BTT``:
+    which new rows each new row sees (causal for a prompt chunk, ancestors for a tree).
+    Float32 softmax; a row that sees nothing gives zeros, as ``attend``. ``block``: key slots per
+    block (default ``ATTENTION_BLOCK``).
+    """
+    block = ATTENTION_BLOCK if block is None else block
+    B, T, N, D = q_BTND.shape
+    K = new_k_BTKD.shape[2]
+    G = N // K
+    S = cache_k_BKSD.shape[2]
+    q_BKMD = _fold_queries(q_BTND, K)
+    M = T * G
+    state = (jnp.full((B, K, M, 1), -jnp.inf, jnp.float32), jnp.zeros((B, K, M, 1), jnp.float32),
+             jnp.zeros((B, K, M, D), jnp.float32))
+    # (b) the new rows: a small [T*G, T] block
+    vis_BMT = jnp.broadcast_to(block_mask_BTT[:, :, None, :], (B, T, G, T)).reshape(B, 1, M, T)
+    new_k_BKTD = new_k_BTKD.transpose(0, 2, 1, 3)
+    new_v_BKTD = new_v_BTKD.transpose(0, 2, 1, 3)
+    state = _online_step(state, _scores(q_BKMD, new_k_BKTD), vis_BMT, new_v_BKTD)
+
+    # (a) the committed prefix, in key blocks
+    blk = min(block, S)
+    if blk == S:
+        live_BS = jnp.arange(S)[None, :] < prefix_B[:, None]
+        state = _online_step(state, _scores(q_BKMD, cache_k_BKSD), live_BS[:, None, None, :],
+                             cache_v_BKSD)
+    else:
+        def one_block(i, st):
+            lo = i * blk
+            first = jnp.minimum(lo, S - blk)  # the last block may overlap the one before it
+            kb = jax.lax.dynamic_slice_in_dim(cache_k_BKSD, first, blk, axis=2)
+            vb = jax.lax.dynamic_slice_in_dim(cache_v_BKSD, first, blk, axis=2)
+            slot = first + jnp.arange(blk)
+            live_BS = (slot >= lo)[None, :] & (slot[None, :] < prefix_B[:, None])
+            return _online_step(st, _scores(q_BKMD, kb), live_BS[:, None, None, :], vb)
+
+        n_blocks = (jnp.max(prefix_B) + blk - 1) // blk
+        state = jax.lax.fori_loop(0, n_blocks, one_block, state)
+    _, l_BKM1, acc_BKMD = state
+    out = acc_BKMD / jnp.where(l_BKM1 > 0, l_BKM1, 1.0)
+    return _unfold_rows(out, T).astype(q_BTND.dtype)
 
 
 class Attention(nnx.Module):

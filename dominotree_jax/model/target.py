@@ -1,10 +1,17 @@
-"""The target decoder (SPEC §1): Qwen3, Llama/SmolLM2 and Qwen2 by configuration.
+"""The target decoder (docs/algorithm.md §1): Qwen3, Llama/SmolLM2 and Qwen2 by configuration.
 
-One forward takes tokens, absolute positions, an explicit boolean attention mask over the
-cache slots, and the first cache slot to write; it writes the new K/V into the fixed-shape
-cache and returns the final-normed hidden states, the tapped residual-stream outputs of the
-requested layers (``hidden_states[i + 1]`` in HF terms: before the final norm, except the
-last layer, which HF reports after it) and the new cache.
+A forward takes tokens, absolute positions and the first cache slot to write; it writes the
+new K/V into the fixed-shape cache and returns the final-normed hidden states, the tapped
+residual-stream outputs of the requested layers (``hidden_states[i + 1]`` in HF terms: before
+the final norm, except the last layer, which HF reports after it) and the new cache.
+
+Two ways to say what each row sees:
+
+- ``forward_cached`` (prefill chunks, AR steps, tree verification): a structured mask, the
+  committed prefix length per batch row plus a small ``[B, T, T]`` mask among the new rows;
+  attention runs blockwise over the live cache prefix (``layers.attend_cached``).
+- ``__call__``: an explicit dense ``[B, T, S]`` mask over the cache slots (plain attention;
+  the reference, and what tunix-style callers pass).
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.model.cache import KVCache, gather_rows, write_layer_rows
-from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend, matmul_t,
-                                         rope_cos_sin, rope_inv_freq)
+from dominotree_jax.model.cache import KVCache, gather_rows, write_layer
+from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend,
+                                         attend_cached, matmul_t, rope_cos_sin, rope_inv_freq)
+
+PREFILL_CHUNK = 256  # prompt tokens per prefill forward (one compiled chunk program)
 
 
 class DecoderLayer(nnx.Module):
@@ -63,19 +72,45 @@ class TargetModel(nnx.Module):
 
     def __call__(self, tokens_BT, positions_BT, mask_BTS, cache: KVCache, write_start_B,
                  tap_layers: tuple[int, ...] = ()) -> ForwardOut:
+        """Forward with a dense boolean mask ``[B, T, S]`` over the cache slots (after the
+        new rows are written at ``write_start``)."""
+        def attn(i, q, k, v, cache_k, cache_v):
+            cache_k = write_layer(cache_k, k, write_start_B)
+            cache_v = write_layer(cache_v, v, write_start_B)
+            out = attend(q, cache_k.transpose(0, 2, 1, 3), cache_v.transpose(0, 2, 1, 3),
+                         mask_BTS)
+            return out, cache_k, cache_v
+        return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
+
+    def forward_cached(self, tokens_BT, positions_BT, cache: KVCache, write_start_B, prefix_B,
+                       block_mask_BTT, tap_layers: tuple[int, ...] = ()) -> ForwardOut:
+        """Forward ``T`` new rows written at slots ``write_start_b + t``; row ``t`` sees the
+        cache slots ``< prefix_b`` and the new rows ``j`` with ``block_mask[b, t, j]``."""
+        def attn(i, q, k, v, cache_k, cache_v):
+            # Write first, then read the written cache (only slots < prefix, unchanged): reading
+            # the pre-write cache made XLA copy every layer's cache to keep the old value.
+            cache_k = write_layer(cache_k, k, write_start_B)
+            cache_v = write_layer(cache_v, v, write_start_B)
+            return (attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B),
+                    cache_k, cache_v)
+        return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
+
+    def _layers(self, tokens_BT, positions_BT, cache: KVCache, attn, tap_layers) -> ForwardOut:
         cfg = self.cfg
+        if cache.num_layers != len(self.layers):
+            raise ValueError(f"cache has {cache.num_layers} layers, the model "
+                             f"{len(self.layers)}")
         inv_freq, scale = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
                                         cfg.max_position_embeddings)
         cos, sin = rope_cos_sin(positions_BT, inv_freq, scale)
         h = self.embed(tokens_BT)
-        cache_k, cache_v, taps = cache.k, cache.v, {}
+        new_k, new_v, taps = list(cache.k), list(cache.v), {}
         for i, layer in enumerate(self.layers):
             x = layer.input_layernorm(h)
             q = layer.self_attn.queries(x, cos, sin)
             k, v = layer.self_attn.keys_values(x, cos, sin)
-            cache_k = write_layer_rows(cache_k, i, k, write_start_B)
-            cache_v = write_layer_rows(cache_v, i, v, write_start_B)
-            h = h + layer.self_attn.output(attend(q, cache_k[i], cache_v[i], mask_BTS))
+            out, new_k[i], new_v[i] = attn(i, q, k, v, new_k[i], new_v[i])
+            h = h + layer.self_attn.output(out)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
             if i in tap_layers:
                 taps[i] = h
@@ -86,18 +121,20 @@ class TargetModel(nnx.Module):
             taps[len(self.layers) - 1] = normed
         tapped = (jnp.concatenate([taps[i] for i in tap_layers], axis=-1) if tap_layers
                   else jnp.zeros(h.shape[:2] + (0,), h.dtype))
-        return ForwardOut(normed, tapped, KVCache(cache_k, cache_v))
+        return ForwardOut(normed, tapped, KVCache(tuple(new_k), tuple(new_v)))
 
 
 @functools.lru_cache(maxsize=None)
 def target_graphdef(cfg: TargetConfig, dtype_name: str = "float32"):
     """(graphdef, abstract state) of a ``TargetModel`` for ``cfg``: no arrays are allocated."""
-    abstract = nnx.eval_shape(lambda: TargetModel(cfg, dtype=jnp.dtype(dtype_name), rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(
+        lambda: TargetModel(cfg, dtype=jnp.dtype(dtype_name), rngs=nnx.Rngs(0)))
     return nnx.split(abstract)
 
 
 def bind_target(cfg: TargetConfig, params) -> TargetModel:
-    """A ``TargetModel`` module over the parameter pytree ``params`` (an ``nnx.State``); jit-safe."""
+    """A ``TargetModel`` module over the parameter pytree ``params`` (an ``nnx.State``);
+    jit-safe."""
     graphdef, _ = target_graphdef(cfg, _params_dtype(params))
     return nnx.merge(graphdef, params)
 
@@ -119,21 +156,47 @@ def causal_mask(batch: int, T: int, S: int, start_B=None):
     return jnp.arange(S)[None, None, :] <= q
 
 
-def prefill(target: TargetModel, prompt_BT, lengths_B, max_len: int, tap_layers: tuple[int, ...] = ()):
+def prefill(target: TargetModel, prompt_BT, lengths_B, max_len: int,
+            tap_layers: tuple[int, ...] = (), chunk: int | None = None):
     """Forward a right-padded prompt batch into a fresh cache of ``max_len`` slots.
 
     Row ``b`` holds its prompt in columns ``0 .. lengths[b]-1``; padding is never attended to.
+    The prompt goes through in chunks of ``chunk`` tokens (a ``fori_loop`` over one compiled
+    chunk forward, stopping after the last chunk holding a real token): memory is bounded by the
+    chunk, and each chunk attends blockwise to the cache written by the ones before it. The
+    last chunk is shifted left to end at column ``T`` (recomputing a few rows, identically).
     Returns ``(ForwardOut, last_logits [B, V])`` with the logits after each row's last token.
+    ``chunk`` defaults to ``PREFILL_CHUNK``.
     """
     cfg = target.cfg
     B, T = prompt_BT.shape
+    chunk = PREFILL_CHUNK if chunk is None else chunk
+    if T > max_len:
+        raise ValueError(f"prompt width {T} exceeds the cache length {max_len}")
+    C = min(chunk, T)
+    dtype = target.embed_tokens.weight[...].dtype
     cache = KVCache.zeros(cfg.num_hidden_layers, B, max_len, cfg.num_key_value_heads,
-                          cfg.head_dim, target.embed_tokens.weight[...].dtype)
-    pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-    slot_S = jnp.arange(max_len)
-    mask_BTS = (slot_S[None, None, :] <= pos_BT[:, :, None]) & (
-        slot_S[None, None, :] < lengths_B[:, None, None])
-    out = target(prompt_BT, pos_BT, mask_BTS, cache, jnp.zeros((B,), jnp.int32),
-                 tap_layers=tap_layers)
-    last_logits_BV = target.logits(gather_rows(out.hidden, lengths_B[:, None] - 1)[:, 0])
-    return out, last_logits_BV
+                          cfg.head_dim, dtype)
+    F = len(tap_layers) * cfg.hidden_size
+    hidden_BTH = jnp.zeros((B, T, cfg.hidden_size), dtype)
+    taps_BTF = jnp.zeros((B, T, F), dtype)
+    causal_CC = jnp.arange(C)[None, :] <= jnp.arange(C)[:, None]
+
+    def one_chunk(c, carry):
+        cache, hidden_BTH, taps_BTF = carry
+        first = jnp.minimum(c * C, T - C)
+        tokens_BC = jax.lax.dynamic_slice_in_dim(prompt_BT, first, C, axis=1)
+        pos_BC = jnp.broadcast_to(first + jnp.arange(C, dtype=jnp.int32), (B, C))
+        mask_BCC = causal_CC[None] & (pos_BC[:, None, :] < lengths_B[:, None, None])
+        start_B = jnp.full((B,), first, jnp.int32)
+        out = target.forward_cached(tokens_BC, pos_BC, cache, start_B, start_B, mask_BCC,
+                                    tap_layers)
+        hidden_BTH = jax.lax.dynamic_update_slice_in_dim(hidden_BTH, out.hidden, first, axis=1)
+        taps_BTF = jax.lax.dynamic_update_slice_in_dim(taps_BTF, out.taps, first, axis=1)
+        return out.cache, hidden_BTH, taps_BTF
+
+    n_chunks = (jnp.max(lengths_B) + C - 1) // C
+    cache, hidden_BTH, taps_BTF = jax.lax.fori_loop(0, n_chunks, one_chunk,
+                                                    (cache, hidden_BTH, taps_BTF))
+    last_logits_BV = target.logits(gather_rows(hidden_BTH, lengths_B[:, None] - 1)[:, 0])
+    return ForwardOut(hidden_BTH, taps_BTF, cache), last_logits_BV

@@ -1,11 +1,16 @@
-"""Train a Domino drafter for the default target, end to end and reproducibly.
+"""Train a Domino drafter for the default target from the data kept in the repository.
 
-    python -m dominotree_jax.train --seed 0 --out runs/smollm2-domino [--stage data|train|export|all]
+    python -m dominotree_jax.train --stage data  --data data/smollm2 --seed 1 --minutes 60
+    python -m dominotree_jax.train --stage train --data data/smollm2 --out runs/d1 --steps 2000
+    python -m dominotree_jax.train --stage export --out runs/d1 --export-dir DIR
 
-Stages: ``data`` (prompts → the target's greedy answers + tapped features, as .npy shards under
-``<out>/data``), ``train`` (resumes from ``<out>/ckpt`` when there is a checkpoint),
-``export`` (released-format drafter directory ``<out>/drafter``, or ``--export-dir``; also
-evaluates on the held-out split). Every stage can be re-run: it continues where it stopped.
+Stages: ``data`` grows the data directory (``collect``: prompts → the target's answers, as
+token-id shards + ``manifest.json``); ``features`` computes the target's teacher-forced
+features of the shards once (``--features``, shared by runs); ``train`` does too if needed,
+then trains, resuming from ``<out>/ckpt`` when there is a checkpoint; ``export`` writes the
+released-format drafter and evaluates it on the held-out prompts. ``all`` = train + export.
+Settings of a run are fixed by its first call (``<out>/run.json``, including how many shards it
+trains on), so a resumed run is exact even when the data directory has grown since.
 """
 
 from __future__ import annotations
@@ -16,22 +21,28 @@ import os
 import sys
 import time
 
+RUN_FIELDS = ("data", "shards", "layers", "intermediate", "taps", "block_size", "gru", "emb",
+              "mask_token_id", "steps", "batch", "anchors", "seq_len", "lr", "warmup", "gamma",
+              "soft", "curriculum", "train_vocab", "heldout_pct", "warm_start", "seed")
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stage", choices=("data", "features", "train", "export", "all"),
+                   default="all")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/smollm2-domino")
-    p.add_argument("--stage", choices=("data", "train", "export", "all"), default="all")
+    p.add_argument("--data", default="data/smollm2", help="data directory (manifest + shards)")
+    p.add_argument("--out", default="runs/smollm2-domino", help="training run directory")
+    p.add_argument("--features", default="runs/features",
+                   help="cache of the target's teacher-forced features (shared by runs)")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2 GGUF)")
-    # data
-    p.add_argument("--num-prompts", type=int, default=4000)
-    p.add_argument("--max-new", type=int, default=160)
+    # data stage (see collect.py)
+    p.add_argument("--minutes", type=float, default=None)
+    p.add_argument("--until", default=None, help="UTC HH:MM")
     p.add_argument("--gen-batch", type=int, default=48)
-    p.add_argument("--gen-minutes", type=float, default=33.0,
-                   help="stop starting new generation batches after this many minutes")
-    p.add_argument("--gen-batches", type=int, default=None,
-                   help="generate at most this many batches (the shipped run: 17)")
+    p.add_argument("--max-new", type=int, default=160)
+    p.add_argument("--gen-batches", type=int, default=None)
     # drafter
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--intermediate", type=int, default=1536)
@@ -41,7 +52,12 @@ def parse_args(argv=None):
     p.add_argument("--emb", type=int, default=128)
     p.add_argument("--mask-token-id", type=int, default=16, help="16 = <empty_output> in "
                    "SmolLM2's vocabulary, a special token chat text never contains")
+    p.add_argument("--warm-start", default=None, help="released-format drafter directory to "
+                   "start from ('shipped' = the packaged one); its config replaces the drafter "
+                   "flags above")
     # training
+    p.add_argument("--shards", type=int, default=None,
+                   help="train on the first N answer shards (default: all there are now)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch", type=int, default=8, help="sequences per step")
     p.add_argument("--anchors", type=int, default=12, help="anchors (blocks) per sequence")
@@ -49,13 +65,19 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--gamma", type=float, default=7.0)
+    p.add_argument("--soft", type=float, default=0.0,
+                   help="weight of soft targets (the target's distribution) vs hard labels")
+    p.add_argument("--no-curriculum", dest="curriculum", action="store_false",
+                   help="λ = 0 from the start (warm starts)")
+    p.add_argument("--train-vocab", type=int, default=0,
+                   help="0 = full-vocabulary softmax; N = only every token of the data plus "
+                   "the first N ids (cheaper on a CPU; evaluation is always full-vocabulary)")
+    p.add_argument("--heldout-pct", type=int, default=5, help="held-out prompts (by hash), %%")
     p.add_argument("--ckpt-minutes", type=float, default=4.0)
-    p.add_argument("--heldout-frac", type=float, default=0.05)
-    p.add_argument("--train-vocab", type=int, default=8192,
-                   help="restrict the training softmax to every token of the data plus the "
-                   "first N ids (0 = full vocabulary); evaluation uses the full vocabulary")
-    p.add_argument("--deadline", default=None,
-                   help="UTC time HH:MM: stop training (and checkpoint) at that time")
+    p.add_argument("--deadline", default=None, help="UTC HH:MM: stop training (checkpoint)")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="held-out learning curve every N steps (<out>/heldout_curve.jsonl)")
+    p.add_argument("--curve-seqs", type=int, default=8, help="held-out sequences for the curve")
     p.add_argument("--export-dir", default=None)
     p.add_argument("--eval-seqs", type=int, default=64, help="held-out sequences to evaluate")
     p.add_argument("--eval-anchors", type=int, default=32, help="blocks per held-out sequence")
@@ -69,94 +91,128 @@ def _load_target(args):
 
 
 def _log(out, msg):
-    line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+    line = f"[{time.strftime('%H:%M:%S', time.gmtime())}] {msg}"
     print(line, flush=True)
     with open(os.path.join(out, "log.txt"), "a") as f:
         f.write(line + "\n")
 
 
-def stage_data(args, target=None):
-    from dominotree_jax.train import data as D
-    target = target or _load_target(args)
-    prompts = D.build_prompts(args.num_prompts, args.seed)
-    ids = D.tokenize_prompts(target.tokenizer, prompts)
-    with open(os.path.join(args.out, "prompts.jsonl"), "w") as f:
-        for p in prompts:
-            f.write(json.dumps(p) + "\n")
-    taps = tuple(int(t) for t in args.taps.split(","))
-    stats = D.generate_shards(target, ids, os.path.join(args.out, "data"), taps=taps,
-                              max_new=args.max_new, batch=args.gen_batch,
-                              time_budget_s=args.gen_minutes * 60,
-                              max_batches=args.gen_batches,
-                              log=lambda m: _log(args.out, m))
-    path = os.path.join(args.out, "data_stats.json")
-    old = json.load(open(path)) if os.path.exists(path) else {"batches": 0, "gen_tokens": 0,
-                                                               "seconds": 0.0}
-    for k in stats:
-        old[k] = old.get(k, 0) + stats[k]
-    json.dump(old, open(path, "w"), indent=1)
-    _log(args.out, f"data stage: {old}")
-    return target
+def run_settings(args) -> dict:
+    """The run's settings: fixed by its first call (``run.json``), later calls reuse them."""
+    path = os.path.join(args.out, "run.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    from dominotree_jax.train.shards import ShardStore
+    run = {k: getattr(args, k) for k in RUN_FIELDS}
+    if run["shards"] is None:
+        run["shards"] = len(ShardStore(args.data).entries("answers"))
+    with open(path, "w") as f:
+        json.dump(run, f, indent=1)
+    return run
 
 
-def drafter_config(args, target_cfg):
+def drafter_config(run: dict, target_cfg):
     from dominotree_jax.config import DrafterConfig
     return DrafterConfig(
         vocab_size=target_cfg.vocab_size, hidden_size=target_cfg.hidden_size,
-        intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+        intermediate_size=run["intermediate"], num_hidden_layers=run["layers"],
         num_attention_heads=target_cfg.num_attention_heads,
         num_key_value_heads=target_cfg.num_key_value_heads, head_dim=target_cfg.head_dim,
-        block_size=args.block_size, mask_token_id=args.mask_token_id,
+        block_size=run["block_size"], mask_token_id=run["mask_token_id"],
         num_target_layers=target_cfg.num_hidden_layers,
-        target_layer_ids=tuple(int(t) for t in args.taps.split(",")),
+        target_layer_ids=tuple(int(t) for t in run["taps"].split(",")),
         rms_norm_eps=target_cfg.rms_norm_eps, rope_theta=target_cfg.rope_theta,
         max_position_embeddings=target_cfg.max_position_embeddings, shift_label=True,
-        projector_type="domino", gru_hidden_dim=args.gru, emb_dim=args.emb,
+        projector_type="domino", gru_hidden_dim=run["gru"], emb_dim=run["emb"],
         pure_draft_prefix_len=1)
+
+
+def warm_start(run: dict, target_cfg):
+    """``(DrafterConfig, {name: float32 array})`` of the warm-start drafter, or ``(config from
+    the flags, None)``."""
+    if not run["warm_start"]:
+        return drafter_config(run, target_cfg), None
+    from convert.drafter import load_drafter
+    from convert.params import state_to_flat
+    from dominotree_jax.assets import smollm2_drafter_path
+    path = smollm2_drafter_path() if run["warm_start"] == "shipped" else run["warm_start"]
+    cfg, params = load_drafter(path, dtype="float32", target_cfg=target_cfg)
+    return cfg, state_to_flat(params)
+
+
+def dataset(args, run, target, dcfg):
+    from dominotree_jax.train.dataset import SequenceDataset
+    from dominotree_jax.train.features import FeatureCache
+    from dominotree_jax.train.shards import ShardStore
+    store = ShardStore(run["data"], vocab_size=target.config.vocab_size)
+    root = os.path.join(args.features, os.path.basename(os.path.normpath(run["data"])))
+    feats = FeatureCache(root, target.config, target.params,
+                         dcfg.target_layer_ids, log=lambda m: _log(args.out, m))
+    return SequenceDataset(store, feats, run["seq_len"], max_shards=run["shards"])
 
 
 def _trainer(args, target):
     import numpy as np
 
-    from dominotree_jax.train.data import ShardDataset, active_vocab, split_indices
+    from dominotree_jax.train.dataset import active_vocab
     from dominotree_jax.train.trainer import TrainConfig, Trainer
-    ds = ShardDataset(os.path.join(args.out, "data"), args.seq_len)
+    run = run_settings(args)
+    dcfg, init_flat = warm_start(run, target.config)
+    ds = dataset(args, run, target, dcfg)
     vocab = None
-    if args.train_vocab:
+    if run["train_vocab"]:
         path = os.path.join(args.out, "train_vocab.npy")
         if not os.path.exists(path):  # fixed at the first training run: resume stays exact
-            np.save(path, active_vocab(ds, target.config.vocab_size, first=args.train_vocab))
+            np.save(path, active_vocab(ds, target.config.vocab_size, first=run["train_vocab"]))
         vocab = np.load(path)
-    train_ids, held_ids = split_indices(len(ds), args.heldout_frac, args.seed)
-    tc = TrainConfig(steps=args.steps, batch=args.batch, anchors=args.anchors, lr=args.lr,
-                     warmup=args.warmup, gamma=args.gamma, seed=args.seed,
+    train_ids, held_ids = ds.split(run["heldout_pct"])
+    tc = TrainConfig(steps=run["steps"], batch=run["batch"], anchors=run["anchors"],
+                     lr=run["lr"], warmup=run["warmup"], gamma=run["gamma"], soft=run["soft"],
+                     curriculum=run["curriculum"], seed=run["seed"],
                      ckpt_every_s=args.ckpt_minutes * 60)
-    dcfg = drafter_config(args, target.config)
-    return Trainer(dcfg, target.config, target.params, ds, train_ids, tc,
-                   os.path.join(args.out, "ckpt"), log_dir=args.out, vocab_ids=vocab), held_ids
+    p_tr, a_tr = ds.num_tokens(train_ids)
+    _log(args.out, f"{len(ds)} sequences from {run['shards']} shards: {len(train_ids)} train "
+         f"({p_tr} prompt + {a_tr} answer tokens), {len(held_ids)} held out")
+    tr = Trainer(dcfg, target.config, target.params, ds, train_ids, tc,
+                 os.path.join(args.out, "ckpt"), log_dir=args.out, vocab_ids=vocab,
+                 init_flat=init_flat)
+    return tr, held_ids
 
 
 def _deadline_ts(spec):
     if not spec:
         return None
-    import datetime
-    now = datetime.datetime.now(datetime.timezone.utc)
-    h, m = (int(x) for x in spec.split(":"))
-    t = now.replace(hour=h, minute=m, second=0, microsecond=0)
-    return t.timestamp()
+    from dominotree_jax.train.collect import deadline_from
+    return deadline_from(None, spec)
 
 
-def stage_train(args, target=None):
-    target = target or _load_target(args)
-    trainer, _ = _trainer(args, target)
-    trainer.fit(deadline=_deadline_ts(args.deadline))
-    return target
+def stage_data(args, target):
+    from dominotree_jax.train.collect import collect, deadline_from
+    return collect(target, args.data, seed=args.seed, num_prompts=12000, batch=args.gen_batch,
+                   max_new=args.max_new, deadline=deadline_from(args.minutes, args.until),
+                   max_batches=args.gen_batches, request_every=3, request_share=0.5)
 
 
-def stage_export(args, target=None):
+def stage_train(args, target):
+    from dominotree_jax.train.trainer import evaluate
+    trainer, held_ids = _trainer(args, target)
+    curve_ids = held_ids[:args.curve_seqs // 2 * 2]
+
+    def heldout(tr):
+        m = evaluate(tr.dcfg, tr.params, target.config, target.params, tr.ds, curve_ids,
+                     anchors=16, batch=2, seed=args.seed + 17, answer_frac=1.0)
+        return {k: v for k, v in m.items()}
+
+    trainer.fit(deadline=_deadline_ts(args.deadline),
+                eval_fn=heldout if args.eval_every and len(curve_ids) else None,
+                eval_every=args.eval_every)
+    trainer.close()
+
+
+def stage_export(args, target):
     from convert.drafter import load_drafter, save_drafter
     from dominotree_jax.train.trainer import evaluate
-    target = target or _load_target(args)
     trainer, held_ids = _trainer(args, target)
     out_dir = args.export_dir or os.path.join(args.out, "drafter")
     save_drafter(out_dir, trainer.dcfg, trainer.params, dtype="bfloat16")
@@ -169,19 +225,23 @@ def stage_export(args, target=None):
     with open(os.path.join(args.out, "heldout_metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
     _log(args.out, f"held-out metrics (bf16 export): {json.dumps(metrics)}")
-    return target
+    trainer.close()
 
 
 def main(argv=None):
     args = parse_args(argv)
+    target = _load_target(args)
+    if args.stage == "data":
+        stage_data(args, target)
+        return 0
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "args.json"), "w") as f:
-        json.dump(vars(args), f, indent=1)
-    target = None
-    if args.stage in ("data", "all"):
-        target = stage_data(args, target)
+    if args.stage == "features":
+        run = run_settings(args)
+        ds = dataset(args, run, target, warm_start(run, target.config)[0])
+        _log(args.out, f"features ready: {len(ds)} sequences, {ds.num_tokens()} tokens")
+        return 0
     if args.stage in ("train", "all"):
-        target = stage_train(args, target)
+        stage_train(args, target)
     if args.stage in ("export", "all"):
         stage_export(args, target)
     return 0

@@ -1,4 +1,5 @@
-"""Base-anchored curriculum loss for a Domino drafter (SPEC §6), on the inference code path.
+"""Base-anchored curriculum loss for a Domino drafter (docs/algorithm.md §6), on the inference
+code path.
 
 A batch holds whole sequences (tokens and tapped target features) and anchor positions. Each
 sequence's drafter context K/V is built once with ``Drafter.extend_context`` over all its
@@ -15,12 +16,12 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from dominotree_jax.config import DrafterConfig, TargetConfig
-from dominotree_jax.model.domino_head import corrected_logits
+from dominotree_jax.domino_head import corrected_logits, gru_path_states
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter, drafter_graphdef
-from dominotree_jax.model.layers import matmul_t
+from dominotree_jax.linalg import matmul_t
+from dominotree_jax.model.state import state_from_flat
 from dominotree_jax.model.target import bind_target
 
 
@@ -42,16 +43,7 @@ class _SubsetHead:
 def flat_to_state(cfg: DrafterConfig, flat: dict):
     """An ``nnx.State`` for ``cfg`` from ``{dotted.name: array}`` (jit-safe)."""
     _, abstract = drafter_graphdef(cfg, "float32")
-    pure: dict = {}
-    for name, a in flat.items():
-        node = pure
-        parts = [int(p) if p.isdigit() else p for p in name.split(".")]
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = a
-    state = jax.tree.map(lambda x: x, abstract)
-    nnx.replace_by_pure_dict(state, pure)
-    return state
+    return state_from_flat(abstract, flat)
 
 
 def curriculum_lambda(step, total_steps: int):
@@ -91,22 +83,11 @@ def block_logits(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batc
     t0 = jnp.maximum(lab[:, 0], 0)
     z, base = drafter.draft(head, ctx_N, t0, a_N)
     if dcfg.is_domino:
+        domino = drafter.head_weights(target)
         inp = jnp.maximum(lab[:, :K], 0)                         # x_a … x_{a+K-1}
-        emb = target.embed(inp).astype(drafter.dtype)             # [N, K, H]
-        s0 = jnp.zeros((B * A, dcfg.gru_hidden_dim), drafter.dtype)
-
-        def step(s, x):
-            s = drafter.gru_advance(x, s)
-            return s, s
-
-        _, states = jax.lax.scan(step, s0, jnp.swapaxes(emb, 0, 1))
-        states = jnp.swapaxes(states, 0, 1)                       # [N, K, G]
-        if vocab_ids is None:
-            corr = drafter.correct(base, z, states)
-        else:
-            w2 = jnp.take(drafter.embed_proj[2].weight[...], vocab_ids, axis=0)
-            corr = corrected_logits(base, z, states, drafter.embed_proj[0].weight[...],
-                                    w2).astype(jnp.float32)
+        states = gru_path_states(domino, inp, drafter.dtype)      # [N, K, G]
+        w2 = domino.proj_w2 if vocab_ids is None else jnp.take(domino.proj_w2, vocab_ids, axis=0)
+        corr = corrected_logits(base, z, states, domino.proj_w1, w2).astype(jnp.float32)
         P = dcfg.pure_draft_prefix_len
         corr = jnp.where((jnp.arange(K) < P)[None, :, None], base, corr)
     else:
@@ -126,10 +107,30 @@ def leading_correct(correct_NK, valid_NK):
     return jnp.sum(jnp.cumprod(ok, axis=1), axis=1)
 
 
+def target_soft_logits(tcfg: TargetConfig, tparams, batch, vocab_ids=None):
+    """The target's next-token logits at each label's position ``[N, K, V]`` (``soft_pos``;
+    from the stored final hidden states through the target's own LM head)."""
+    target = bind_target(tcfg, jax.lax.stop_gradient(tparams))
+    hidden, pos = batch["hidden"], batch["soft_pos"]
+    B, A, K = pos.shape
+    h = jnp.take_along_axis(hidden[:, None, :, :],
+                            jnp.maximum(pos, 0).reshape(B, 1, A * K, 1), axis=2)
+    h = h.reshape(B * A, K, -1)
+    head = target if vocab_ids is None else _SubsetHead(target, vocab_ids)
+    return jax.lax.stop_gradient(head.logits(h.astype(target.embed_tokens.weight[...].dtype)))
+
+
+def _soft_ce(logits, p_target):
+    return -jnp.sum(p_target * jax.nn.log_softmax(logits, axis=-1), axis=-1)
+
+
 def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batch, lam,
-                     gamma: float | None = 7.0, vocab_ids=None, vocab_index=None):
+                     gamma: float | None = 7.0, vocab_ids=None, vocab_index=None,
+                     soft: float = 0.0):
     """Curriculum loss and metrics. ``vocab_ids``/``vocab_index`` (token → column or -1, [V])
-    restrict the softmax to a vocabulary subset (labels outside it are ignored)."""
+    restrict the softmax to a vocabulary subset (labels outside it are ignored). ``soft`` mixes
+    in soft targets: each head's loss is ``(1-soft)·CE(label) + soft·CE(target distribution)``
+    (needs ``batch["hidden"]`` and ``batch["soft_pos"]``)."""
     base, corr, tgt = block_logits(dcfg, tcfg, dparams, tparams, batch, vocab_ids)
     if vocab_ids is not None:
         tgt = jnp.where(tgt >= 0, vocab_index[jnp.maximum(tgt, 0)], -1)
@@ -138,7 +139,12 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
     vf = valid.astype(jnp.float32)
     w = depth_weights(K, gamma)[None, :] * vf
     ce_b, ce_c = _ce(base, tgt), _ce(corr, tgt)
-    loss = jnp.sum(w * ((1.0 - lam) * ce_c + lam * ce_b)) / jnp.maximum(jnp.sum(w), 1.0)
+    hb, hc = ce_b, ce_c
+    if soft:
+        p_t = jax.nn.softmax(target_soft_logits(tcfg, tparams, batch, vocab_ids), axis=-1)
+        hb = (1.0 - soft) * ce_b + soft * _soft_ce(base, p_t)
+        hc = (1.0 - soft) * ce_c + soft * _soft_ce(corr, p_t)
+    loss = jnp.sum(w * ((1.0 - lam) * hc + lam * hb)) / jnp.maximum(jnp.sum(w), 1.0)
     n_d = jnp.maximum(jnp.sum(vf, axis=0), 1.0)
     acc_b = (jnp.argmax(base, -1) == tgt) & valid
     acc_c = (jnp.argmax(corr, -1) == tgt) & valid

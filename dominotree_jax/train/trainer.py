@@ -3,7 +3,7 @@ orbax checkpoints that resume exactly, tqdm progress and a CSV learning curve.
 
 The trainable state is ``{"params": {dotted.name: array}, "opt_state": …, "step": int,
 "key": uint32[2]}``. Batch ``k`` of the data stream is a pure function of ``(seed, k)``
-(``data.batch_stream``), so the step counter is the data-iterator position: a run killed at
+(``dataset.batch_stream``), so the step counter is the data-iterator position: a run killed at
 any point and restarted from its last checkpoint replays the same batches and produces the
 same parameters bit for bit.
 """
@@ -24,12 +24,12 @@ import orbax.checkpoint as ocp
 from convert.params import state_to_flat
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import init_drafter_params
-from dominotree_jax.train.data import batch_stream, make_batch
+from dominotree_jax.train.dataset import batch_stream, make_batch
 from dominotree_jax.train.loss import curriculum_lambda, flat_to_state, loss_and_metrics
 
 CSV_FIELDS = ("step", "loss", "base_loss", "corr_loss", "base_acc0", "base_acc_mean",
               "corr_acc_mean", "tau_base", "tau_corr", "lam", "lr", "grad_norm", "tok_s",
-              "wall_s")
+              "wall_s", "labels")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +43,8 @@ class TrainConfig:
     weight_decay: float = 0.01
     clip: float = 1.0
     gamma: float | None = 7.0
+    soft: float = 0.0         # weight of the soft (target-distribution) targets
+    curriculum: bool = True   # lambda 1 -> 0 over the first half; False: lambda = 0
     seed: int = 0
     ckpt_every_s: float = 240.0
     keep: int = 2
@@ -93,11 +95,11 @@ def fill_untrained_rows(flat: dict, vocab_ids) -> dict:
 def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_index, *, dcfg,
                      tcfg, tc: TrainConfig):
     opt, sched = make_optimizer(tc)
-    lam = curriculum_lambda(step, tc.steps)
+    lam = curriculum_lambda(step, tc.steps) if tc.curriculum else jnp.float32(0.0)
 
     def f(p):
         return loss_and_metrics(dcfg, tcfg, flat_to_state(dcfg, p), tparams, batch, lam,
-                                tc.gamma, vocab_ids, vocab_index)
+                                tc.gamma, vocab_ids, vocab_index, tc.soft)
 
     (loss, m), grads = jax.value_and_grad(f, has_aux=True)(flat)
     updates, opt_state = opt.update(grads, opt_state, flat)
@@ -122,9 +124,11 @@ class Trainer:
 
     def __init__(self, dcfg: DrafterConfig, tcfg: TargetConfig, tparams, ds, train_ids,
                  tc: TrainConfig, ckpt_dir: str, log_dir: str | None = None,
-                 progress: bool = True, vocab_ids=None):
+                 progress: bool = True, vocab_ids=None, init_flat: dict | None = None):
         """``vocab_ids``: optional sorted token ids the training softmax is restricted to
-        (``data.active_vocab``); evaluation always uses the full vocabulary."""
+        (``dataset.active_vocab``); evaluation always uses the full vocabulary. ``init_flat``:
+        starting parameters ``{name: array}`` (warm start, e.g. an exported drafter); a
+        checkpoint in ``ckpt_dir`` takes precedence."""
         self.dcfg, self.tcfg, self.tparams = dcfg, tcfg, tparams
         if vocab_ids is None:
             self.vocab_ids = self.vocab_index = None
@@ -137,7 +141,8 @@ class Trainer:
         self.ckpt_dir = os.path.abspath(ckpt_dir)
         self.log_dir = log_dir
         self.progress = progress
-        self.flat = init_params(dcfg, tc.seed, tparams)
+        self.flat = (init_params(dcfg, tc.seed, tparams) if init_flat is None else
+                     {k: jnp.array(v, jnp.float32, copy=True) for k, v in init_flat.items()})
         self.opt_state = make_optimizer(tc)[0].init(self.flat)
         self.step = 0
         self.key = jax.random.key_data(jax.random.key(tc.seed))
@@ -163,6 +168,8 @@ class Trainer:
                 "step": np.asarray(self.step, np.int64), "key": self.key}
 
     def save(self):
+        if self._mgr.latest_step() == self.step:   # already saved (a periodic checkpoint)
+            return
         self._mgr.save(self.step, args=ocp.args.StandardSave(self._state()), force=True)
         self._mgr.wait_until_finished()
 
@@ -216,10 +223,26 @@ class Trainer:
         self.step += 1
         return jax.device_get(m)
 
-    def fit(self, num_steps: int | None = None, deadline: float | None = None):
+    def _eval_row(self, eval_fn):
+        """Held-out metrics of the current parameters, appended to ``heldout_curve.jsonl``."""
+        m = dict(eval_fn(self), step=self.step,
+                 labels_seen=sum(h["labels"] for h in self.history) + self._labels_before)
+        if self.log_dir:
+            import json
+            with open(os.path.join(self.log_dir, "heldout_curve.jsonl"), "a") as f:
+                f.write(json.dumps(m) + "\n")
+        return m
+
+    def fit(self, num_steps: int | None = None, deadline: float | None = None,
+            eval_fn=None, eval_every: int = 0):
         """Train up to ``num_steps`` more steps (default: to ``tc.steps``), checkpointing every
-        ``ckpt_every_s`` seconds and at the end (also when ``deadline`` (epoch s) passes)."""
+        ``ckpt_every_s`` seconds and at the end (also when ``deadline`` (epoch s) passes).
+        ``eval_fn(trainer) -> dict``: held-out metrics, logged every ``eval_every`` steps (and
+        at the start of a fresh run and at the end)."""
         tc = self.tc
+        self._labels_before = self._csv_labels()
+        if eval_fn is not None and self.step == 0:
+            self._eval_row(eval_fn)
         end = tc.steps if num_steps is None else min(tc.steps, self.step + num_steps)
         if self.step >= end:
             return self.history
@@ -246,6 +269,7 @@ class Trainer:
                        "lam": float(m["lam"]), "lr": float(m["lr"]),
                        "grad_norm": float(m["grad_norm"]),
                        "tok_s": float(m["num_labels"]) / dt, "wall_s": time.time() - t_start}
+                row["labels"] = float(m["num_labels"])
                 self.history.append(row)
                 self._append_csv(row)
                 if bar is not None:
@@ -258,17 +282,31 @@ class Trainer:
                 if now - last_ckpt > tc.ckpt_every_s:
                     self.save()
                     last_ckpt = now
+                if eval_fn is not None and eval_every and self.step % eval_every == 0:
+                    self._eval_row(eval_fn)
                 if deadline is not None and now > deadline:
                     break
         finally:
             if bar is not None:
                 bar.close()
         self.save()
+        if eval_fn is not None and not (eval_every and self.step % eval_every == 0):
+            self._eval_row(eval_fn)
         return self.history
+
+    def _csv_labels(self) -> float:
+        """Labels trained on before this ``fit`` (from the learning-curve CSV)."""
+        path = self._csv_path()
+        if not path or not os.path.exists(path):
+            return 0.0
+        with open(path) as f:
+            return sum(float(r.get("labels") or 0.0) for r in csv.DictReader(f)) - sum(
+                h["labels"] for h in self.history)
 
 
 def evaluate(dcfg: DrafterConfig, dparams, tcfg: TargetConfig, tparams, ds, seq_ids, *,
-             anchors: int = 16, batch: int = 4, seed: int = 0) -> dict:
+             anchors: int = 16, batch: int = 4, seed: int = 0,
+             answer_frac: float = 0.85) -> dict:
     """Held-out per-depth accuracies of the base and corrected heads and offline chain τ."""
     K = dcfg.num_draft_positions
     tot = {"base_acc_d": np.zeros(K), "corr_acc_d": np.zeros(K), "base_loss": 0.0,
@@ -277,7 +315,8 @@ def evaluate(dcfg: DrafterConfig, dparams, tcfg: TargetConfig, tparams, ds, seq_
     rng = np.random.default_rng(seed)
     seq_ids = list(seq_ids)
     for i in range(0, len(seq_ids) - batch + 1, batch):
-        b = make_batch(ds, seq_ids[i:i + batch], anchors=anchors, block=K, rng=rng)
+        b = make_batch(ds, seq_ids[i:i + batch], anchors=anchors, block=K, rng=rng,
+                       answer_frac=answer_frac)
         m = jax.device_get(_eval_step(dparams, tparams, jax.tree.map(jnp.asarray, b),
                                       dcfg=dcfg, tcfg=tcfg))
         for k in tot:

@@ -1,8 +1,9 @@
-"""Plain NumPy + ``heapq`` reference of the best-first tree builder (SPEC §4).
+"""Plain NumPy + ``heapq`` reference of the best-first tree builder (docs/algorithm.md §4).
 
 ``build_tree_numpy`` takes the same arguments as ``dominotree_jax.tree.build_tree`` (without
 ``use_pallas``) and returns the same ``Tree`` (NumPy arrays). It is a direct transcription of
-the SPEC paragraph: a heap keyed on ``(-score, push_counter)``, so the earliest push wins ties;
+the algorithm (docs/algorithm.md §4): a heap keyed on ``(-score, push_counter)``, so the
+earliest push wins ties;
 children within one expansion are sorted by a stable sort on ``-log_prob``, so the lower token
 id (or lower candidate rank in ``C_d``) comes first among equal values.
 

@@ -1,0 +1,225 @@
+"""Measure this machine's round costs for ``budget="auto"`` and cache them on disk.
+
+    python -m dominotree_jax.calibrate [--target PATH] [--drafter DIR|random] [--batches 1,16]
+        [--rows 1,3,5,9,17] [--context 256] [--rounds 8] [--repeats 5] [--out PATH] [--dry-run]
+
+Every cost is in ``ar`` steps (one round of plain decoding at the same batch size), each the
+median of ``--repeats`` timed calls of a jitted loop of ``--rounds`` rounds against a committed
+context of ``--context`` real tokens, the programs interleaved so load drift hits all alike:
+
+- verify ``R`` rows: the verify + accept + commit of auto mode (drafter context extension
+  included), for each ``--rows``; ``R = 1`` is auto mode's plain step;
+- draft, per method: the drafter's block forward + the chain or tree build (trees at 16 nodes).
+
+The table is written to ``$DOMINOTREE_JAX_COSTS`` or ``~/.cache/dominotree_jax/costs.json``
+under a key of backend, device kind and the two models' shapes; ``DecodeConfig(budget="auto")``
+reads it (``decoding/auto_size.load_costs``). Without it, defaults measured on a 2-core CPU apply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _csv_ints(s: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in s.split(",") if x.strip())
+
+
+def context_tokens(target, n: int) -> np.ndarray:
+    """``n`` real tokens: chat-formatted HumanEval prompts, concatenated (cycled if short);
+    seeded random ids for a target without a tokenizer (tests)."""
+    from dominotree_jax.bench import prompts as prompt_sets
+    if getattr(target, "tokenizer", None) is None:
+        return np.random.default_rng(0).integers(1, target.config.vocab_size, n).astype(np.int32)
+    ids: list[int] = []
+    for text in prompt_sets.humaneval(16):
+        ids += target.chat_prompt(text)
+        if len(ids) >= n:
+            break
+    return np.resize(np.asarray(ids, np.int32), n)
+
+
+class RoundPrograms:
+    """Jitted loops of ``rounds`` rounds at batch ``B`` over one committed context."""
+
+    def __init__(self, pair, batch: int, context: int, rounds: int, max_rows: int):
+        from dominotree_jax.decoding import draft as drafting
+        from dominotree_jax.model.drafter import DrafterContext, bind_drafter
+        from dominotree_jax.model.target import bind_target, prefill
+
+        self.pair, self.B, self.rounds = pair, batch, rounds
+        tcfg, dcfg = pair.target.config, pair.drafter_config
+        self.taps = tuple(dcfg.target_layer_ids)
+        S = context + max_rows + 8
+        ids = context_tokens(pair.target, context + 1)
+        ids_BT = jnp.asarray(np.tile(ids[None], (batch, 1)))
+        self.t0_B = ids_BT[:, context]
+        self.start_B = jnp.full((batch,), context, jnp.int32)
+        lengths_B = jnp.full((batch,), context, jnp.int32)
+        self.chain = jnp.asarray(np.resize(ids, max_rows))  # node tokens (a real-text chain)
+
+        @jax.jit
+        def prefill_context(params, ids_BT, lengths_B):
+            target = bind_target(tcfg, params["target"])
+            drafter = bind_drafter(dcfg, params["drafter"])
+            pre, _ = prefill(target, ids_BT, lengths_B, S, self.taps)
+            pos_BT = jnp.broadcast_to(jnp.arange(context, dtype=jnp.int32), (batch, context))
+            ctx = drafter.extend_context(
+                DrafterContext.zeros(dcfg, batch, dcfg.context_slots(S)), pre.taps, pos_BT,
+                jnp.zeros((batch,), jnp.int32), lengths_B)
+            return pre.cache, ctx
+
+        self.cache, self.ctx = prefill_context(pair.params, ids_BT[:, :context], lengths_B)
+        self._bind = lambda params: (bind_target(tcfg, params["target"]),
+                                     bind_drafter(dcfg, params["drafter"]))
+        self._drafting = drafting
+
+    def verify_loop(self, rows: int, plain_ar: bool = False):
+        """``rounds`` × (verify ``rows`` rows, argmax, accept, commit); ``plain_ar``: the ``ar``
+        round (no taps, no drafter context) -- the unit."""
+        from dominotree_jax.decoding.accept import accept_walk
+        from dominotree_jax.decoding.commit import commit
+        from dominotree_jax.decoding.verify import verify
+        from dominotree_jax.tree import chain_tree
+
+        n, B = rows - 1, self.B
+        tokens_BN = jnp.broadcast_to(self.chain[:n], (B, n))
+        draft = self._drafting.draft_from_tree(chain_tree(tokens_BN, jnp.zeros((B, n))))
+        taps = () if plain_ar else self.taps
+
+        def loop(params, cache, ctx, t0_B, start_B):
+            target, drafter = self._bind(params)
+            drafter = None if plain_ar else drafter
+            out_BO = jnp.zeros((B, rows + 2), jnp.int32)
+
+            def body(_, carry):
+                cache, ctx, out_BO = carry
+                logits_BRV, taps_BRF, cache = verify(target, cache, t0_B, start_B,
+                                                     draft.tokens_BN, draft.depths_BN,
+                                                     draft.ancestor_BRR, taps)
+                post_BR = jnp.argmax(logits_BRV, axis=-1).astype(jnp.int32)
+                acc = accept_walk(draft.tokens_BN, draft.parents_BN, draft.valid_BN, post_BR, n)
+                c = commit(cache, ctx, drafter, out_BO, out_BO.astype(jnp.float32), draft=draft,
+                           acc=acc, taps_BRF=taps_BRF, path_logprobs_BPV=None, start_B=start_B,
+                           n_B=jnp.ones((B,), jnp.int32), done_B=jnp.zeros((B,), bool))
+                return c.cache, (c.ctx if ctx is not None else None), c.out_BO
+
+            return jax.lax.fori_loop(0, self.rounds, body, (cache, ctx, out_BO))
+
+        fn = jax.jit(loop, donate_argnums=(1, 2))
+        state = {"cache": jax.tree.map(jnp.copy, self.cache),
+                 "ctx": None if plain_ar else jax.tree.map(jnp.copy, self.ctx)}
+
+        def call():
+            state["cache"], state["ctx"], out = fn(self.pair.params, state["cache"],
+                                                   state["ctx"], self.t0_B, self.start_B)
+            jax.block_until_ready(out)
+
+        return call
+
+    def draft_loop(self, config):
+        """``rounds`` × (drafter block forward + chain/tree build) of ``config.method``."""
+        drafting = self._drafting
+        build = (drafting.chain_draft if config.method in ("dflash", "domino")
+                 else drafting.tree_draft)
+
+        def loop(params, ctx, t0_B, start_B):
+            target, drafter = self._bind(params)
+
+            def body(i, acc):
+                z_BJH, base_BJV = drafter.draft(target, ctx, (t0_B + i) % 7, start_B)
+                d = build(config, target, drafter, z_BJH, base_BJV, t0_B)
+                return acc + d.tokens_BN.sum() + d.scores_BN.sum()
+
+            return jax.lax.fori_loop(0, self.rounds, body, jnp.zeros((), jnp.float32))
+
+        fn = jax.jit(loop)
+        return lambda: jax.block_until_ready(fn(self.pair.params, self.ctx, self.t0_B,
+                                                self.start_B))
+
+
+def interleaved_medians(fns: dict, repeats: int) -> dict[str, float]:
+    for fn in fns.values():   # compile + first run
+        fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def calibrate_batch(pair, batch: int, rows: tuple[int, ...], methods, *, context: int,
+                    rounds: int, repeats: int, log=print):
+    from dominotree_jax.decoding.auto_size import CostTable
+
+    progs = RoundPrograms(pair, batch, context, rounds, max(rows))
+    fns = {"ar": progs.verify_loop(1, plain_ar=True)}
+    for r in rows:
+        fns[f"verify/{r}"] = progs.verify_loop(r)
+    for m in methods:
+        cfg = pair.config(m, budget=16, node_topk=8, top_m=64)
+        fns[f"draft/{m}"] = progs.draft_loop(cfg)
+    t0 = time.perf_counter()
+    med = interleaved_medians(fns, repeats)
+    ar = med["ar"]
+    log(f"batch {batch}: ar round {1e3 * ar / rounds:.1f} ms; "
+        + ", ".join(f"{k} {v / ar:.2f}" for k, v in med.items() if k != "ar")
+        + f"  ({time.perf_counter() - t0:.0f} s)")
+    return CostTable(batch=batch,
+                     verify=tuple((r, round(med[f"verify/{r}"] / ar, 4)) for r in rows),
+                     draft=tuple((m, round(med[f"draft/{m}"] / ar, 4)) for m in methods),
+                     source="calibrated")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m dominotree_jax.calibrate", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default=None, help="target .gguf / HF dir (default: SmolLM2)")
+    ap.add_argument("--drafter", default=None, help="drafter dir or 'random' (default: shipped)")
+    ap.add_argument("--batches", type=_csv_ints, default=(1,))
+    ap.add_argument("--rows", type=_csv_ints, default=(1, 3, 5, 9, 17))
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=8, help="rounds per timed call")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=None, help="cost file (default: the cached one)")
+    ap.add_argument("--dry-run", action="store_true", help="print, do not write")
+    args = ap.parse_args(argv)
+    rows = tuple(sorted(set(args.rows)))
+    if not rows or rows[0] != 1 or len(rows) < 2:
+        ap.error("--rows must include 1 and at least one larger row count")
+    if min(args.batches, default=0) < 1 or args.repeats < 1 or args.rounds < 1:
+        ap.error("--batches, --repeats and --rounds must be positive")
+
+    from dominotree_jax.bench.models import load_models, usable_methods
+    from dominotree_jax.decoding import auto_size
+
+    pair, target_name, drafter_name = load_models(args.target, args.drafter)
+    methods = usable_methods(("dflash", "domino", "ddtree", "dominotree"), pair.drafter_config)
+    print(f"calibrating {target_name} + {drafter_name} on {jax.default_backend()} "
+          f"({jax.devices()[0]}); rows {rows}, methods {methods}", file=sys.stderr)
+    tables = tuple(calibrate_batch(pair, b, rows, methods, context=args.context,
+                                   rounds=args.rounds, repeats=args.repeats,
+                                   log=lambda s: print(s, file=sys.stderr))
+                   for b in sorted(set(args.batches)))
+    for t in tables:
+        print(t.to_json())
+    if not args.dry_run:
+        info = {"target": target_name, "drafter": drafter_name, "context": args.context,
+                "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        path = auto_size.save_costs(pair.target.config, pair.drafter_config, tables,
+                                    path=args.out, info=info)
+        print(f"wrote {path}", file=sys.stderr)
+    return tables
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""RL rollouts with speculative decoding: a tunix rollout engine (``DominoTreeRollout``), the
+tunix model calling convention for our target (``TunixCausalLM``), and a jitted drafter update
+that follows the policy from rollout features (``drafter_refresh``)."""
+
+from dominotree_jax.rollout.masked_forward import (completion_logprobs,  # noqa: F401
+                                                   masked_forward)
+from dominotree_jax.rollout.tunix_engine import DominoTreeRollout  # noqa: F401
+from dominotree_jax.rollout.tunix_model import TunixCausalLM  # noqa: F401
+from dominotree_jax.rollout.tunix_types import (HAVE_TUNIX, BaseRollout,  # noqa: F401
+                                                RolloutConfig, RolloutOutput)

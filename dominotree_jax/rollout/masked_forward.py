@@ -1,0 +1,49 @@
+"""A causal forward of the target over sequences with holes (left-padded prompts followed by
+right-padded completions, tunix's layout), and the per-token log-probs of completions.
+
+Positions count the valid tokens before each one; a query sees the valid keys at or before it.
+Differentiable in the parameters (GRPO losses use it inside ``jax.grad``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from dominotree_jax.config import TargetConfig
+from dominotree_jax.model.cache import KVCache, gather_rows
+from dominotree_jax.model.target import ForwardOut, TargetModel, bind_target
+
+
+def masked_forward(target: TargetModel, tokens_BW, valid_BW, tap_layers=()) -> ForwardOut:
+    """One causal forward of ``[B, W]`` tokens of which ``valid_BW`` are real."""
+    B, W = tokens_BW.shape
+    cfg = target.cfg
+    pos_BW = jnp.maximum(jnp.cumsum(valid_BW.astype(jnp.int32), axis=1) - 1, 0)
+    col_W = jnp.arange(W)
+    mask_BWW = (col_W[None, None, :] <= col_W[None, :, None]) & valid_BW[:, None, :]
+    cache = KVCache.zeros(cfg.num_hidden_layers, B, W, cfg.num_key_value_heads, cfg.head_dim,
+                          target.embed_tokens.weight[...].dtype)
+    return target(tokens_BW, pos_BW, mask_BWW, cache, jnp.zeros((B,), jnp.int32),
+                  tap_layers=tuple(tap_layers))
+
+
+def completion_logprobs(target_params, tcfg: TargetConfig, prompt_BP, completion_BC,
+                        prompt_valid_BP, completion_valid_BC, temperature: float = 1.0):
+    """``[B, C]`` log-probs of ``completion_BC`` after ``prompt_BP`` from ``softmax(logits / T)``
+    (``T == 0`` is read as 1). The ``*_valid`` masks mark real tokens (padding may sit anywhere:
+    tunix left-pads prompts, decode right-pads them). Entries at completion padding are 0."""
+    seq_BW = jnp.concatenate([prompt_BP, completion_BC], axis=1).astype(jnp.int32)
+    valid_BW = jnp.concatenate([prompt_valid_BP, completion_valid_BC], axis=1).astype(bool)
+    target = bind_target(tcfg, target_params)
+    out = masked_forward(target, seq_BW, valid_BW)
+    P, W = prompt_BP.shape[1], seq_BW.shape[1]
+    # completion token j is predicted by the hidden state of the last real token before it
+    last_real_BW = jax.lax.cummax(jnp.where(valid_BW, jnp.arange(W)[None], 0), axis=1)
+    pred_BC = last_real_BW[:, P - 1:W - 1]
+    logits_BCV = target.logits(gather_rows(out.hidden, pred_BC))
+    if temperature not in (0.0, 1.0):
+        logits_BCV = logits_BCV / temperature
+    logp_BCV = jax.nn.log_softmax(logits_BCV, axis=-1)
+    logp_BC = jnp.take_along_axis(logp_BCV, completion_BC[..., None].astype(jnp.int32), 2)[..., 0]
+    return jnp.where(completion_valid_BC, logp_BC, 0.0)

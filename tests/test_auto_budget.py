@@ -1,0 +1,313 @@
+"""``budget="auto"``: the cost-aware draft size is lossless (identical to ``ar`` at T=0, the
+target's distribution at T=1), falls back to plain steps with a useless drafter, goes to the
+largest size with an oracle, and compiles once per config."""
+
+import contextlib
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from decode_helpers import fresh_jit_decode, oracle_table
+from dominotree_jax import DecodeConfig
+from dominotree_jax.decoding import auto_size
+from dominotree_jax.decoding.auto_size import AutoPolicy, CostTable
+from dominotree_jax.decoding.draft import Draft
+from dominotree_jax.model.drafter import Drafter
+from spec_fixtures import scripted_drafter, tiny_pair
+
+METHODS = ("dflash", "domino", "ddtree", "dominotree")
+# verifying is cheap here, so the policy uses every size with a half-right drafter
+CHEAP = CostTable(verify=((1, 1.0), (17, 1.6)),
+                  draft=tuple((m, 0.1) for m in METHODS), source="test")
+
+
+def _cfg(tcfg, dcfg, method, **kw):
+    kw.setdefault("node_topk", 3)
+    kw.setdefault("top_m", 16)
+    kw.setdefault("auto_costs", CostTable())
+    return DecodeConfig(target=tcfg, drafter=dcfg, method=method, budget="auto", **kw)
+
+
+def _ar(run, params, tcfg, prompt_BT, lengths_B, n):
+    cfg = DecodeConfig(target=tcfg, method="ar", max_new_tokens=n)
+    return run(params, prompt_BT, lengths_B, config=cfg)
+
+
+class DraftCounter:
+    """Counts ``Drafter.draft`` executions (not traces) through a host callback."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __enter__(self):
+        self.original = Drafter.draft
+        counter = self
+
+        def draft(drafter, target, ctx, t0_B, start_B):
+            jax.debug.callback(counter._bump)
+            return counter.original(drafter, target, ctx, t0_B, start_B)
+
+        Drafter.draft = draft
+        return self
+
+    def _bump(self):
+        self.calls += 1
+
+    def __exit__(self, *exc):
+        Drafter.draft = self.original
+
+
+@contextlib.contextmanager
+def honest_lookup_drafter(table_SVJ):
+    """Like ``decode_helpers.lookup_drafter``, but flat (unsure) where the table is silent, so
+    its scores say how far its chain will be right: the sizes then change from round to round."""
+    original = Drafter.draft
+
+    def draft(self, target, ctx, t0_B, start_B):
+        z, base_BJV = original(self, target, ctx, t0_B, start_B)
+        guess_BJ = table_SVJ[jnp.clip(start_B, 0, table_SVJ.shape[0] - 1), t0_B]
+        hot_BJV = jax.nn.one_hot(guess_BJ, base_BJV.shape[-1]) * 30.0  # -1 → all zeros
+        return z, base_BJV * 0.01 + hot_BJV
+
+    Drafter.draft = draft
+    try:
+        yield
+    finally:
+        Drafter.draft = original
+
+
+def test_greedy_identical_to_ar_with_every_size_in_use():
+    tcfg, dcfg, params = tiny_pair(block_size=8)
+    run = fresh_jit_decode()
+    prompt_BT = jnp.array([[3, 17, 5, 9, 33, 2, 8], [4, 4, 12, 50, 0, 0, 0]], jnp.int32)
+    lengths_B = jnp.array([7, 4], jnp.int32)
+    n = 32
+    ref = _ar(run, params, tcfg, prompt_BT, lengths_B, n + 12)
+    table = oracle_table(np.asarray(prompt_BT), np.asarray(lengths_B), np.asarray(ref.tokens),
+                         tcfg.vocab_size, dcfg.num_draft_positions)
+    used = set()
+    with honest_lookup_drafter(table):
+        for method in METHODS:
+            cfg = _cfg(tcfg, dcfg, method, max_new_tokens=n, auto_costs=CHEAP)
+            out = run(params, prompt_BT, lengths_B, config=cfg)
+            np.testing.assert_array_equal(out.tokens, ref.tokens[:, :n], err_msg=method)
+            for b in range(2):
+                r = int(out.num_rounds[b])
+                sizes = np.asarray(out.draft_sizes[b])
+                assert set(sizes[:r].tolist()) <= set(cfg.draft_sizes)
+                assert (sizes[r:] == -1).all()
+                used |= {(method, s) for s in sizes[:r].tolist()}
+            # the batch shares one size per round
+            both = int(min(out.num_rounds))
+            np.testing.assert_array_equal(out.draft_sizes[0, :both], out.draft_sizes[1, :both])
+    for method in METHODS:
+        sizes = {s for m, s in used if m == method}
+        assert len(sizes) >= 2, (method, sizes)   # the switch really switches
+
+
+def test_batched_rows_equal_single_row_decodes():
+    tcfg, dcfg, params = tiny_pair(block_size=4, seed=2)
+    run = fresh_jit_decode()
+    prompt_BT = jnp.array([[5, 6, 7, 8, 9], [1, 2, 0, 0, 0], [9, 9, 9, 1, 0]], jnp.int32)
+    lengths_B = jnp.array([5, 2, 4], jnp.int32)
+    cfg = _cfg(tcfg, dcfg, "dominotree", max_new_tokens=24, auto_costs=CHEAP,
+               return_logprobs=True, return_features=True)
+    batched = run(params, prompt_BT, lengths_B, config=cfg)
+    for b in range(3):
+        single = run(params, prompt_BT[b:b + 1], lengths_B[b:b + 1], config=cfg)
+        np.testing.assert_array_equal(batched.tokens[b], single.tokens[0])
+        assert int(batched.num_tokens[b]) == int(single.num_tokens[0])
+    # log-probs and the committed rows' features: as a fixed budget reports them
+    fixed = run(params, prompt_BT, lengths_B, config=cfg.replace(budget=6))
+    np.testing.assert_array_equal(batched.tokens, fixed.tokens)
+    np.testing.assert_allclose(batched.logprobs, fixed.logprobs, atol=1e-4)
+    for b in range(3):
+        known = int(lengths_B[b] + batched.num_tokens[b]) - 1
+        np.testing.assert_allclose(batched.features[b, :known], fixed.features[b, :known],
+                                   atol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["domino", "dominotree"])
+def test_wrong_drafter_falls_back_to_plain_steps_and_probes(method):
+    tcfg, dcfg, params = tiny_pair(block_size=8)
+    run = fresh_jit_decode()
+    prompt_BT, lengths_B, n = jnp.array([[3, 17, 5, 9, 33]], jnp.int32), jnp.array([5]), 60
+    ref = _ar(run, params, tcfg, prompt_BT, lengths_B, n + 10)
+    seq = np.concatenate([np.asarray(prompt_BT[0]), np.asarray(ref.tokens[0])])
+    cfg = _cfg(tcfg, dcfg, method, max_new_tokens=n)
+    with scripted_drafter(seq, wrong=True), DraftCounter() as drafts:
+        out = jax.block_until_ready(run(params, prompt_BT, lengths_B, config=cfg))
+    np.testing.assert_array_equal(out.tokens[0], ref.tokens[0, :n])
+    rounds = int(out.num_rounds[0])
+    assert rounds == n - 1
+    assert (np.asarray(out.draft_sizes[0, :rounds]) == 0).all()
+    # drafts in the first round (optimistic start), then only probes: rounds 1, 9, 25, 57
+    assert 3 <= drafts.calls <= 6, drafts.calls
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_oracle_drafter_gets_the_largest_size(method):
+    tcfg, dcfg, params = tiny_pair(block_size=8)
+    run = fresh_jit_decode()
+    prompt_BT, lengths_B, n = jnp.array([[3, 17, 5, 9, 33]], jnp.int32), jnp.array([5]), 40
+    ref = _ar(run, params, tcfg, prompt_BT, lengths_B, n + 10)
+    seq = np.concatenate([np.asarray(prompt_BT[0]), np.asarray(ref.tokens[0])])
+    sizes = (0, 2, 4, 8)   # a tree of more than J = 8 nodes adds nothing for an oracle
+    cfg = _cfg(tcfg, dcfg, method, max_new_tokens=n, auto_sizes=sizes)
+    with scripted_drafter(seq):
+        out = run(params, prompt_BT, lengths_B, config=cfg)
+    np.testing.assert_array_equal(out.tokens[0], ref.tokens[0, :n])
+    rounds = int(out.num_rounds[0])
+    assert (np.asarray(out.draft_sizes[0, :rounds]) == 8).all()
+    assert (np.asarray(out.accept_lengths[0, :rounds - 1]) == 9).all()
+
+
+def test_sampling_matches_the_target_distribution():
+    from scipy import stats
+
+    from test_spec_decode import _exact_joint
+    V, runs = 6, 20000
+    tcfg, dcfg, params = tiny_pair(vocab=V, block_size=4, seed=3)
+    prompt = np.array([1, 4, 2])
+    exact = _exact_joint(tcfg, params, prompt).reshape(-1)
+    cfg = _cfg(tcfg, dcfg, "dominotree", max_new_tokens=3, temperature=1.0, node_topk=2,
+               top_m=0, auto_sizes=(0, 1, 2, 6), auto_costs=CHEAP)
+    run = fresh_jit_decode()
+    out = run(params, jnp.tile(prompt, (runs, 1)), jnp.full((runs,), 3), jax.random.key(7),
+              config=cfg)
+    toks = np.asarray(out.tokens)
+    cells = (toks[:, 0] * V + toks[:, 1]) * V + toks[:, 2]
+    observed = np.bincount(cells, minlength=V ** 3)
+    expected = exact * runs
+    big = expected >= 5
+    obs, exp = observed[big], expected[big]
+    if (~big).any():   # pool the rare cells into one
+        obs, exp = np.append(obs, observed[~big].sum()), np.append(exp, expected[~big].sum())
+    assert stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3
+    assert int(np.asarray(out.accept_lengths).max()) > 1   # drafts were verified and accepted
+    assert (np.asarray(out.draft_sizes)[:, 0] > 0).all()
+
+
+def test_one_trace_per_config():
+    tcfg, dcfg, params = tiny_pair()
+    traces = []
+    from dominotree_jax import decode
+
+    def counted(params, prompt, *, config):
+        traces.append(config)
+        return decode(params, prompt, config=config)
+
+    f = jax.jit(counted, static_argnames="config")
+    cfg = _cfg(tcfg, dcfg, "dominotree", max_new_tokens=6)
+    f(params, jnp.array([1, 2, 3]), config=cfg)
+    f(jax.tree.map(lambda x: x * 1.01, params), jnp.array([4, 5, 6]), config=cfg)
+    f(params, jnp.array([4, 5, 6]), config=_cfg(tcfg, dcfg, "dominotree", max_new_tokens=6))
+    assert len(traces) == 1
+    assert hash(cfg) == hash(_cfg(tcfg, dcfg, "dominotree", max_new_tokens=6))
+
+
+def test_config_checks_and_sizes():
+    tcfg, dcfg, _ = tiny_pair(block_size=8)
+    assert _cfg(tcfg, dcfg, "dflash").draft_sizes == (0, 2, 4, 8)
+    assert _cfg(tcfg, dcfg, "ddtree").draft_sizes == (0, 2, 4, 8, 16)
+    tree = _cfg(tcfg, dcfg, "ddtree")
+    assert tree.num_draft_nodes == 16 and tree.max_depth == 8
+    assert tree.replace(method="domino").draft_sizes == (0, 2, 4, 8)   # sizes follow the method
+    assert tree.replace(method="ar").num_draft_nodes == 0
+    fixed = DecodeConfig(target=tcfg, drafter=dcfg, method="ddtree", budget=6)
+    assert fixed.draft_sizes == (6,) and not fixed.is_auto
+    _, d5, _ = tiny_pair(block_size=5)
+    assert _cfg(tcfg, d5, "domino").draft_sizes == (0, 2, 4, 5)
+    with pytest.raises(ValueError, match="budget must be a positive int or 'auto'"):
+        DecodeConfig(target=tcfg, drafter=dcfg, method="ddtree", budget="big")
+    with pytest.raises(ValueError, match="auto_sizes must be ascending"):
+        _cfg(tcfg, dcfg, "ddtree", auto_sizes=(2, 4))
+    with pytest.raises(ValueError, match="auto_sizes must be ascending"):
+        _cfg(tcfg, dcfg, "ddtree", auto_sizes=(0, 4, 2))
+    with pytest.raises(ValueError, match="has only 8 draft positions"):
+        _cfg(tcfg, dcfg, "dflash", auto_sizes=(0, 4, 16))
+    with pytest.raises(ValueError, match="auto_costs must be a CostTable"):
+        _cfg(tcfg, dcfg, "ddtree", auto_costs=({"verify": 1},))
+    with pytest.raises(ValueError, match="auto_probe_every"):
+        _cfg(tcfg, dcfg, "ddtree", auto_probe_every=0)
+
+
+def test_cost_table_interpolates_and_the_cost_file_round_trips(tmp_path, monkeypatch):
+    t = CostTable(batch=1, verify=((1, 1.0), (5, 1.4), (17, 2.6)))
+    assert t.verify_cost(1) == 1.0 and abs(t.verify_cost(3) - 1.2) < 1e-9
+    assert abs(t.verify_cost(9) - 1.8) < 1e-9 and abs(t.verify_cost(33) - 4.2) < 1e-9
+    assert t.draft_cost("ddtree") == dict(auto_size.DEFAULT_DRAFT)["ddtree"]
+    with pytest.raises(ValueError, match="must start at 1"):
+        CostTable(verify=((2, 1.0), (4, 2.0)))
+    with pytest.raises(ValueError, match="bad entries"):
+        CostTable(verify=((1, 1.0), (4, -2.0)))
+    tcfg, dcfg, _ = tiny_pair()
+    path = str(tmp_path / "costs.json")
+    monkeypatch.setenv(auto_size.COSTS_ENV, path)
+    with pytest.raises(ValueError, match="no such cost file"):
+        auto_size.load_costs(tcfg, dcfg)
+    tables = (CostTable(batch=1, verify=((1, 1.0), (9, 1.9)), draft=(("ddtree", 0.3),)),
+              CostTable(batch=16, verify=((1, 1.0), (9, 5.0)), draft=(("ddtree", 0.2),)))
+    assert auto_size.save_costs(tcfg, dcfg, tables) == path
+    got = auto_size.load_costs(tcfg, dcfg)
+    assert [(g.batch, g.verify, g.draft) for g in got] == [(x.batch, x.verify, x.draft)
+                                                           for x in tables]
+    assert _cfg(tcfg, dcfg, "ddtree", auto_costs=None).auto_costs == got
+    assert auto_size.table_for_batch(got, 2).batch == 1
+    assert auto_size.table_for_batch(got, 8).batch == 16
+    _, other, _ = tiny_pair(block_size=6)   # another drafter: not calibrated, defaults
+    assert auto_size.load_costs(tcfg, other) == (CostTable(),)
+    with open(path, "w") as f:
+        json.dump({"something": "else"}, f)
+    with pytest.raises(ValueError, match="not a version-1 cost file"):
+        auto_size.load_costs(tcfg, dcfg)
+
+
+def test_size_choice_follows_expected_tokens_per_cost():
+    tcfg, dcfg, _ = tiny_pair(block_size=8)
+    cfg = _cfg(tcfg, dcfg, "ddtree", auto_sizes=(0, 2, 4, 8),
+               auto_costs=CostTable(verify=((1, 1.0), (9, 2.6))))   # 0.2 per node
+    policy = AutoPolicy(cfg, batch=2)
+    state = policy.init()
+
+    def draft_of(probs_BN):
+        p = jnp.asarray(probs_BN, jnp.float32)
+        B, N = p.shape
+        return Draft(jnp.zeros((B, N), jnp.int32), jnp.full((B, N), -1, jnp.int32),
+                     jnp.zeros((B, N), jnp.int32), p > 0, jnp.ones((B, N + 1, N + 1), bool),
+                     jnp.log(p))
+
+    live = jnp.array([True, True])
+    rho = max(1.0, auto_size.RATE_START)   # the optimistic start: 1.1 tokens per AR step
+    # nodes worth more than rho * 0.2 = 0.22 tokens each are kept: the first 4 here
+    probs = [[0.9, 0.8, 0.6, 0.3, 0.1, 0.1, 0.05, 0.05]] * 2
+    assert abs(rho * 0.2 - 0.22) < 1e-9
+    assert policy.sizes[int(policy.choose(state, draft_of(probs), live).index)] == 4
+    assert policy.sizes[int(policy.choose(state, draft_of([[0.1] * 8] * 2), live).index)] == 0
+    assert policy.sizes[int(policy.choose(state, draft_of([[1.0] * 8] * 2), live).index)] == 8
+    # a done row does not count: only the live row's confident draft decides
+    mixed = [[1.0] * 8, [0.01] * 8]
+    assert int(policy.choose(state, draft_of(mixed), jnp.array([True, False])).index) == 3
+    assert int(policy.choose(state, draft_of(mixed), jnp.array([False, True])).index) == 0
+    # calibration: a drafter right 0.4x as often as it claims keeps only its first 2 nodes
+    half = state._replace(pred=jnp.float32(2.5), real=jnp.float32(1.0))
+    assert policy.sizes[int(policy.choose(half, draft_of(probs), live).index)] == 2
+
+
+def test_calibration_measures_a_usable_table(tmp_path, monkeypatch):
+    import dominotree_jax as dj
+    from dominotree_jax.calibrate import calibrate_batch
+    tcfg, dcfg, params = tiny_pair(block_size=4)
+    pair = dj.Pair(dj.Target(tcfg, params["target"], tokenizer=None), dcfg, params["drafter"])
+    table = calibrate_batch(pair, 1, (1, 3, 5), ("dflash", "dominotree"), context=12, rounds=2,
+                            repeats=1, log=lambda s: None)
+    assert [r for r, _ in table.verify] == [1, 3, 5] and table.source == "calibrated"
+    assert all(c > 0 for _, c in table.verify) and {m for m, _ in table.draft} == {
+        "dflash", "dominotree"}
+    monkeypatch.setenv(auto_size.COSTS_ENV, str(tmp_path / "costs.json"))
+    auto_size.save_costs(tcfg, dcfg, (table,))
+    (got,) = _cfg(tcfg, dcfg, "dflash", auto_costs=None).auto_costs
+    assert (got.verify, got.draft) == (table.verify, table.draft)
