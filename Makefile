@@ -25,9 +25,11 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VPY) -m dominotree_jax $(ARGS)
 
+# One pytest process per test file: compiled programs and loaded models do not pile up in one
+# process over the whole suite (a single ~420-test process once aborted inside an XLA compile).
 test: $(STAMP)
 	$(VPY) -m ruff check .
-	$(VPY) -m pytest tests
+	@set -e; for f in tests/test_*.py; do echo "== $$f"; $(VPY) -m pytest $$f --durations=3; done
 
 test-fast: $(STAMP)
 	$(VPY) -m pytest tests -m "not slow"

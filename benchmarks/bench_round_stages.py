@@ -16,9 +16,7 @@ The AR step is the ``ar`` round: a one-row verify plus argmax.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
@@ -29,6 +27,7 @@ import numpy as np  # noqa: E402
 
 from dominotree_jax.bench import prompts as prompt_sets  # noqa: E402
 from dominotree_jax.bench.models import load_models, usable_methods  # noqa: E402
+from dominotree_jax.bench.timing import interleaved_medians  # noqa: E402
 from dominotree_jax.decoding import draft as drafting  # noqa: E402
 from dominotree_jax.decoding.accept import accept_walk  # noqa: E402
 from dominotree_jax.decoding.commit import commit as commit_round  # noqa: E402
@@ -38,21 +37,6 @@ from dominotree_jax.model.drafter import DrafterContext, bind_drafter  # noqa: E
 from dominotree_jax.model.target import bind_target, prefill  # noqa: E402
 
 STAGES = ("draft", "build", "verify", "accept", "commit")
-
-
-def interleaved_medians(fns: dict, repeats: int, warmup: int = 2) -> dict[str, float]:
-    """Median wall time (ms) of each ``fns[name]()`` (each must block). The calls are
-    interleaved round-robin so that load drifting on a shared machine hits all of them alike."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
 
 
 def context_tokens(tokenizer_target, n: int) -> np.ndarray:

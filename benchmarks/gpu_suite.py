@@ -39,7 +39,6 @@ import dataclasses
 import functools
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -50,6 +49,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from dominotree_jax.bench.timing import interleaved_medians  # noqa: E402
 from dominotree_jax.config import DrafterConfig, TargetConfig, check_pair  # noqa: E402
 from dominotree_jax.decoding.accept import accept_walk  # noqa: E402
 from dominotree_jax.decoding.commit import commit  # noqa: E402
@@ -199,30 +199,6 @@ def pair_params(spec: PairSpec, seed: int = 0, dtype=jnp.bfloat16) -> dict:
 def num_params(tree) -> int:
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
 
-
-# ----------------------------------------------------------------------------- timing
-
-def interleaved_medians(fns: dict, repeats: int, inner: int = 1,
-                        warmup: int = 2) -> dict[str, float]:
-    """Median time (ms) per call of each ``fns[name]()`` (which returns arrays to wait for).
-
-    One sample is ``inner`` calls dispatched back to back, then one wait, divided by ``inner``:
-    on a GPU, Python dispatch then overlaps with the device, as in the decode loop (one jitted
-    ``while_loop``, no Python per round). Samples are interleaved round-robin over ``fns`` so
-    that drifting load or clocks hit all of them alike.
-    """
-    for _ in range(warmup):
-        for fn in fns.values():
-            jax.block_until_ready(fn())
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                result = fn()
-            jax.block_until_ready(result)
-            times[name].append((time.perf_counter() - t0) / inner)
-    return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
 
 
 def calling(fn, *args, **kwargs):

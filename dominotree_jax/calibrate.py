@@ -19,13 +19,14 @@ reads it (``decoding/auto_size.load_costs``). Without it, defaults measured on a
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from dominotree_jax.bench.timing import interleaved_medians
 
 
 def _csv_ints(s: str) -> tuple[int, ...]:
@@ -145,18 +146,6 @@ class RoundPrograms:
                                                 self.start_B))
 
 
-def interleaved_medians(fns: dict, repeats: int) -> dict[str, float]:
-    for fn in fns.values():   # compile + first run
-        fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
-
-
 def calibrate_batch(pair, batch: int, rows: tuple[int, ...], methods, *, context: int,
                     rounds: int, repeats: int, log=print):
     from dominotree_jax.decoding.auto_size import CostTable
@@ -171,7 +160,7 @@ def calibrate_batch(pair, batch: int, rows: tuple[int, ...], methods, *, context
     t0 = time.perf_counter()
     med = interleaved_medians(fns, repeats)
     ar = med["ar"]
-    log(f"batch {batch}: ar round {1e3 * ar / rounds:.1f} ms; "
+    log(f"batch {batch}: ar round {ar / rounds:.1f} ms; "
         + ", ".join(f"{k} {v / ar:.2f}" for k, v in med.items() if k != "ar")
         + f"  ({time.perf_counter() - t0:.0f} s)")
     return CostTable(batch=batch,

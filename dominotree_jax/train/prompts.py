@@ -117,26 +117,19 @@ ITEMS = ["apples", "books", "marbles", "pencils", "stickers", "cookies", "cards"
 def competition_prompt(rng: random.Random) -> str:
     """A short competition-style maths question (LaTeX, like contest problem sets)."""
     a, b, c, d = rng.randint(2, 30), rng.randint(2, 30), rng.randint(3, 17), rng.randint(1, 9)
-    kind = rng.randrange(10)
-    if kind == 0:
-        return f"Find the remainder when ${a}^{{{b}}}$ is divided by ${c}$."
-    if kind == 1:
-        return f"How many positive divisors does ${a * b * c}$ have?"
-    if kind == 2:
-        return f"Compute $\\dbinom{{{a + c}}}{{{d}}}$."
-    if kind == 3:
-        return f"Find the sum of the roots of $x^2 - {a + b}x + {a * b} = 0$."
-    if kind == 4:
-        return f"Let $f(x) = {a}x^2 - {b}x + {c}$. Evaluate $f({d})$."
-    if kind == 5:
-        return f"Find the least common multiple of ${a * d}$ and ${b * d}$."
-    if kind == 6:
-        return f"Simplify $\\sqrt{{{a * a * c}}}$."
-    if kind == 7:
-        return f"Find the distance between the points $({a}, {b})$ and $({c}, {d})$."
-    if kind == 8:
-        return f"Solve for $x$: $\\frac{{x + {a}}}{{{c}}} = {b}$."
-    return f"What is the sum of the first ${a + b}$ positive odd integers?"
+    questions = (
+        f"Find the remainder when ${a}^{{{b}}}$ is divided by ${c}$.",
+        f"How many positive divisors does ${a * b * c}$ have?",
+        f"Compute $\\dbinom{{{a + c}}}{{{d}}}$.",
+        f"Find the sum of the roots of $x^2 - {a + b}x + {a * b} = 0$.",
+        f"Let $f(x) = {a}x^2 - {b}x + {c}$. Evaluate $f({d})$.",
+        f"Find the least common multiple of ${a * d}$ and ${b * d}$.",
+        f"Simplify $\\sqrt{{{a * a * c}}}$.",
+        f"Find the distance between the points $({a}, {b})$ and $({c}, {d})$.",
+        f"Solve for $x$: $\\frac{{x + {a}}}{{{c}}} = {b}$.",
+        f"What is the sum of the first ${a + b}$ positive odd integers?",
+    )
+    return questions[rng.randrange(len(questions))]
 
 
 def arithmetic_prompts(rng: random.Random, n: int) -> list[str]:
@@ -148,34 +141,24 @@ def arithmetic_prompts(rng: random.Random, n: int) -> list[str]:
         kind = rng.randrange(12)
         a, b, c = rng.randint(2, 99), rng.randint(2, 99), rng.randint(2, 20)
         name, name2, item = rng.choice(NAMES), rng.choice(NAMES), rng.choice(ITEMS)
-        if kind == 0:
-            out.append(f"What is {a} times {b}?")
-        elif kind == 1:
-            out.append(f"Calculate {a * c} + {b} - {c}. Show your work.")
-        elif kind == 2:
-            out.append(f"Solve for x: {c}x + {a} = {c * b + a}")
-        elif kind == 3:
-            out.append(f"{name} has {a} {item}. {name} gives {min(a, b) // 2} {item} to {name2} "
-                       f"and then buys {c} more. How many {item} does {name} have now?")
-        elif kind == 4:
-            out.append(f"What is {c * 5}% of {a * 10}?")
-        elif kind == 5:
-            out.append(f"A train travels {a * 3} km in {c} hours. What is its average speed? "
-                       "Explain step by step.")
-        elif kind == 6:
-            out.append(f"Simplify the fraction {a * c}/{b * c}.")
-        elif kind == 7:
-            out.append(f"A rectangle is {a} cm long and {b} cm wide. What are its area and "
-                       "perimeter?")
-        elif kind == 8:
-            out.append(f"Find the value of {a}^2 - {b}^2 and explain how you got it.")
-        elif kind == 9:
-            out.append(f"{name} saves ${c} every week. How many weeks does {name} need to save "
-                       f"${c * a}?")
-        elif kind == 10:
-            out.append(f"Is {a * b + 1} a prime number? Explain your reasoning.")
-        else:
-            out.append(f"Solve the system of equations: x + y = {a + b}, x - y = {a - b}.")
+        questions = (
+            f"What is {a} times {b}?",
+            f"Calculate {a * c} + {b} - {c}. Show your work.",
+            f"Solve for x: {c}x + {a} = {c * b + a}",
+            f"{name} has {a} {item}. {name} gives {min(a, b) // 2} {item} to {name2} "
+            f"and then buys {c} more. How many {item} does {name} have now?",
+            f"What is {c * 5}% of {a * 10}?",
+            f"A train travels {a * 3} km in {c} hours. What is its average speed? "
+            "Explain step by step.",
+            f"Simplify the fraction {a * c}/{b * c}.",
+            f"A rectangle is {a} cm long and {b} cm wide. What are its area and perimeter?",
+            f"Find the value of {a}^2 - {b}^2 and explain how you got it.",
+            f"{name} saves ${c} every week. How many weeks does {name} need to save "
+            f"${c * a}?",
+            f"Is {a * b + 1} a prime number? Explain your reasoning.",
+            f"Solve the system of equations: x + y = {a + b}, x - y = {a - b}.",
+        )
+        out.append(questions[kind])
     return out
 
 
