@@ -50,3 +50,20 @@ def scripted_drafter(continuation, wrong: bool = False):
         yield
     finally:
         Drafter.draft = original
+
+
+def first_tokens_chi_square_p(tokens_BX, exact_joint, vocab: int) -> float:
+    """Chi-square p-value of the first three tokens of every run against the exact joint
+    distribution ``exact_joint [V, V, V]`` (cells expecting < 5 counts pooled into one)."""
+    import numpy as np
+    from scipy import stats
+
+    toks = np.asarray(tokens_BX)
+    cells = (toks[:, 0] * vocab + toks[:, 1]) * vocab + toks[:, 2]
+    observed = np.bincount(cells, minlength=vocab ** 3)
+    expected = np.asarray(exact_joint).reshape(-1) * len(toks)
+    big = expected >= 5
+    obs, exp = observed[big], expected[big]
+    if (~big).any():
+        obs, exp = np.append(obs, observed[~big].sum()), np.append(exp, expected[~big].sum())
+    return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
