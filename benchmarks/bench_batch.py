@@ -11,6 +11,7 @@ The drafter is the shipped ``dominotree_jax/assets/smollm2-domino`` when present
 random-init Domino drafter (acceptance ~1 token per round: it measures costs, not speedups).
 
     python benchmarks/bench_batch.py [--batch-sizes 1 4 16] [--prompts 16] [--new-tokens 64]
+        [--methods ar dominotree] [--budgets 16 auto]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np  # noqa: E402
 
 import dominotree_jax as dj  # noqa: E402
 from dominotree_jax.assets import smollm2_gguf_path  # noqa: E402
+from dominotree_jax.decoding.auto_size import AutoPolicy  # noqa: E402
 from dominotree_jax.decoding.config import METHODS  # noqa: E402
 
 SHIPPED_DRAFTER = Path(dj.__file__).parent / "assets" / "smollm2-domino"
@@ -82,17 +84,24 @@ def run_method(pair, cfg, ids, size, width):
     """(tokens/s, rows [list of token lists], mean tau per round, compile s) for one method
     and batch size (the first token of each row comes from the prefill, not a round)."""
     fn = jax.jit(dj.decode, static_argnames="config")
+    # budget="auto": the policy state is carried from batch to batch (as a server or RL loop
+    # would); the first batch starts from the optimistic default
+    state = AutoPolicy(cfg, size).init() if cfg.is_auto else None
     t0 = time.perf_counter()
     compiled = fn.lower(pair.params, jax.ShapeDtypeStruct((size, width), jnp.int32), config=cfg,
-                        prompt_lengths=jax.ShapeDtypeStruct((size,), jnp.int32)).compile()
+                        prompt_lengths=jax.ShapeDtypeStruct((size,), jnp.int32),
+                        auto_state=state).compile()
     compile_s = time.perf_counter() - t0
     todo = list(batches(ids, size, width))
-    jax.block_until_ready(compiled(pair.params, todo[0][0], prompt_lengths=todo[0][1]))  # warm-up
+    jax.block_until_ready(compiled(pair.params, todo[0][0], prompt_lengths=todo[0][1],
+                                   auto_state=state))  # warm-up
     rows, wall, tokens, taus, rounds = [], 0.0, 0, 0, 0
     for prompt_BW, lengths_B in todo:
         t0 = time.perf_counter()
-        out = jax.block_until_ready(compiled(pair.params, prompt_BW, prompt_lengths=lengths_B))
+        out = jax.block_until_ready(compiled(pair.params, prompt_BW, prompt_lengths=lengths_B,
+                                             auto_state=state))
         wall += time.perf_counter() - t0
+        state = out.auto_state
         n_B = np.asarray(out.num_tokens)
         tokens += int(n_B.sum())
         taus += int(np.asarray(out.accept_lengths).sum())
@@ -107,8 +116,10 @@ def main(argv=None):
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--prompts", type=int, default=16, help="prompts per batch size")
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--budgets", nargs="+", default=["16", "auto"],
+                    help="draft budgets of the speculative methods: node counts and/or 'auto'")
     args = ap.parse_args(argv)
+    budgets = [b if b == "auto" else int(b) for b in args.budgets]
     methods = ["ar"] + [m for m in args.methods if m != "ar"]
 
     pair, drafter_name = load_pair()
@@ -119,21 +130,25 @@ def main(argv=None):
     print(f"prompts: {len(ids)} from {prompt_source}, padded to {width} tokens; "
           f"{args.new_tokens} new tokens, temperature 0, {jax.device_count()} "
           f"{jax.devices()[0].platform} device(s)\n")
-    print("| batch | method | tokens/s | speedup vs ar | mean tau | rows != ar | compile s |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    print("| batch | method | budget | tokens/s | speedup vs ar | mean tau | rows != ar | "
+          "compile s |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|")
     for size in args.batch_sizes:
         if size > len(ids):
             print(f"| {size} | (skipped: only {len(ids)} prompts) | | | | | |")
             continue
         ar_speed, ar_rows = None, None
         for method in methods:
-            cfg = pair.config(method, max_new_tokens=args.new_tokens, budget=args.budget)
-            speed, rows, tau, compile_s = run_method(pair, cfg, ids, size, width)
-            if method == "ar":
-                ar_speed, ar_rows = speed, rows
-            bad = sum(r != a for r, a in zip(rows, ar_rows))
-            print(f"| {size} | {method} | {speed:.1f} | {speed / ar_speed:.2f}x | {tau:.2f} | "
-                  f"{bad} | {compile_s:.0f} |", flush=True)
+            for budget in ([None] if method == "ar" else budgets):
+                kw = {} if budget is None else {"budget": budget}
+                cfg = pair.config(method, max_new_tokens=args.new_tokens, **kw)
+                speed, rows, tau, compile_s = run_method(pair, cfg, ids, size, width)
+                if method == "ar":
+                    ar_speed, ar_rows = speed, rows
+                bad = sum(r != a for r, a in zip(rows, ar_rows))
+                print(f"| {size} | {method} | {'–' if budget is None else budget} | "
+                      f"{speed:.1f} | {speed / ar_speed:.2f}x | {tau:.2f} | {bad} | "
+                      f"{compile_s:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

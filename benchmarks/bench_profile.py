@@ -21,6 +21,7 @@ Times are process CPU time by default (``--clock cpu``: all threads' work, robus
 jobs share the cores; ``--clock wall`` for an idle machine).
 
     python benchmarks/bench_profile.py [--repeats 20] [--cache-len 256] [--clock cpu|wall]
+    python benchmarks/bench_profile.py --copies-only   # cache copies: ar, budget 16, auto
 
 ``--steps-only``: just the three whole steps on a full cache of ``--cache-len`` slots (this
 mode only uses ``verify`` and ``KVCache.zeros``, so it also runs on older trees: the
@@ -198,17 +199,14 @@ def profile_shape(target, params, B: int, R: int, S: int, repeats: int,
     return res
 
 
-def whole_cache_copies(target, batch: int, prompt_len: int, new_tokens: int):
-    """Count ``copy`` ops of a cache layer's shape in the compiled batched AR decode: inside
-    loop bodies / called computations (per step or chunk) and in the entry computation (once)."""
-    cfg = dj.DecodeConfig(target=target.config, method="ar", max_new_tokens=new_tokens,
-                          stop_ids=())
+def whole_cache_copies(params, cfg, batch: int, prompt_len: int):
+    """Count ``copy`` ops of a cache layer's shape in the compiled batched decode of ``cfg``:
+    inside loop bodies / branches (per round) and in the entry computation (once)."""
     fn = jax.jit(dj.decode, static_argnames="config")
-    hlo = fn.lower({"target": target.params, "drafter": None},
-                   jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32), config=cfg,
+    hlo = fn.lower(params, jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32), config=cfg,
                    prompt_lengths=jax.ShapeDtypeStruct((batch,), jnp.int32)).compile().as_text()
-    tc = target.config
-    S = prompt_len + new_tokens + 1
+    tc = cfg.target
+    S = prompt_len + cfg.max_new_tokens + cfg.num_draft_nodes + 1
     shape = f"f32[{batch},{tc.num_key_value_heads},{S},{tc.head_dim}]"
     in_loops, entry, computation_is_entry = 0, 0, False
     for ln in hlo.splitlines():
@@ -220,6 +218,24 @@ def whole_cache_copies(target, batch: int, prompt_len: int, new_tokens: int):
     return in_loops, entry, shape
 
 
+def copies_table(batch: int = 4, prompt_len: int = 64, new_tokens: int = 16) -> str:
+    """Cache-layer copies in the compiled decode of ``ar``, fixed-budget and ``budget="auto"``
+    DominoTree (SmolLM2 + the shipped drafter)."""
+    from dominotree_jax.assets import smollm2_drafter_path
+    pair = dj.load_pair(smollm2_gguf_path(), smollm2_drafter_path())
+    lines = [f"| program (batch {batch}, prompt {prompt_len}, {new_tokens} new tokens) | "
+             "cache-layer copies in the loop | in the entry (buffer init) |", "|---|---:|---:|"]
+    for name, kw in (("ar", dict(method="ar")), ("dominotree, budget 16", dict(budget=16)),
+                     ("dominotree, budget auto", dict(budget="auto"))):
+        cfg = pair.config(kw.pop("method", "dominotree"), max_new_tokens=new_tokens, stop_ids=(),
+                          **kw)
+        params = pair.params if cfg.method != "ar" else {"target": pair.target.params,
+                                                         "drafter": None}
+        loop, entry, shape = whole_cache_copies(params, cfg, batch, prompt_len)
+        lines.append(f"| {name} ({shape}) | {loop} | {entry} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=20)
@@ -227,7 +243,12 @@ def main(argv=None):
     ap.add_argument("--clock", choices=sorted(CLOCK), default="cpu")
     ap.add_argument("--steps-only", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--copies-only", action="store_true",
+                    help="only count cache copies in the compiled decode programs")
     args = ap.parse_args(argv)
+    if args.copies_only:
+        print(copies_table())
+        return
     global clock
     clock = CLOCK[args.clock]
     target = dj.load_target(smollm2_gguf_path(), tokenizer=False)
@@ -242,7 +263,9 @@ def main(argv=None):
         print(name, {k: round(v, 2) for k, v in results[name].items()}, flush=True)
     if args.steps_only:
         return
-    ncopy, nonce, shape = whole_cache_copies(target, 16, 128, 16)
+    ar16 = dj.DecodeConfig(target=target.config, method="ar", max_new_tokens=16, stop_ids=())
+    ncopy, nonce, shape = whole_cache_copies({"target": target.params, "drafter": None}, ar16,
+                                             16, 128)
 
     stages = list(results[shapes[0][0]])
     lines = [f"Per-stage jitted timings, SmolLM2-135M fp32, cache of {args.cache_len} slots "

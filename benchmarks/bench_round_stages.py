@@ -2,11 +2,12 @@
 
 A round (``dominotree_jax/decoding/decode.py``) is: draft (drafter block forward) → build (chain
 or tree, with its verify mask) → verify (target forward over ``1+N`` rows against a committed
-cache of ``--context`` tokens) → accept (argmax + tree walk) → commit (target cache compaction
-+ drafter context extend). Each stage is its own jitted function over the real code
-(``Drafter.draft``, ``decoding.draft.chain_draft``/``tree_draft``, ``decoding.verify.verify``,
-``decoding.accept.accept_walk``, ``decoding.commit.commit``), fed the
-previous stage's real outputs; caches are donated as in the decode loop. Each time is the median
+cache of ``--context`` tokens, which it only reads) → accept (argmax + tree walk) → commit
+(write the accepted rows' K/V into the target cache + drafter context extend). Each stage is its
+own jitted function over the real code (``Drafter.draft``, ``decoding.draft.chain_draft`` /
+``tree_draft``, ``decoding.verify.verify_rows``, ``decoding.accept.accept_walk``,
+``decoding.commit.keep_rows`` + ``commit``), fed the previous stage's real outputs; caches
+are donated as in the decode loop. Each time is the median
 of ``--repeats`` calls after warm-up. "fused" is the same round as a single jitted function.
 The AR step is the ``ar`` round: a one-row verify plus argmax.
 
@@ -30,9 +31,9 @@ from dominotree_jax.bench.models import load_models, usable_methods  # noqa: E40
 from dominotree_jax.bench.timing import interleaved_medians  # noqa: E402
 from dominotree_jax.decoding import draft as drafting  # noqa: E402
 from dominotree_jax.decoding.accept import accept_walk  # noqa: E402
-from dominotree_jax.decoding.commit import commit as commit_round  # noqa: E402
+from dominotree_jax.decoding.commit import commit as commit_round, keep_rows  # noqa: E402
 from dominotree_jax.decoding.config import CHAIN_METHODS  # noqa: E402
-from dominotree_jax.decoding.verify import verify  # noqa: E402
+from dominotree_jax.decoding.verify import verify, verify_rows  # noqa: E402
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter  # noqa: E402
 from dominotree_jax.model.target import bind_target, prefill  # noqa: E402
 
@@ -71,20 +72,20 @@ class Stages:
             return builder(config, target, drafter, z_BJH, base_BJV, t0_B)
 
         def verify_stage(params, cache, t0_B, start_B, d: drafting.Draft):
-            target, _ = bound(params)
-            return verify(target, cache, t0_B, start_B, d.tokens_BN, d.depths_BN,
-                          d.ancestor_BRR, self.taps)
+            target, _ = bound(params)   # reads the cache; commit writes the kept rows
+            return verify_rows(target, cache, t0_B, start_B, d.tokens_BN, d.depths_BN,
+                               d.ancestor_BRR, self.taps)
 
         def accept(logits_BRV, d: drafting.Draft):
             post_BR = jnp.argmax(logits_BRV, axis=-1).astype(jnp.int32)
             return accept_walk(d.tokens_BN, d.parents_BN, d.valid_BN, post_BR, config.max_depth)
 
-        def commit(params, cache, ctx, d, taps_BRF, start_B, acc):
+        def commit(params, cache, ctx, d, kv, taps_BRF, start_B, acc):
             _, drafter = bound(params)
             B = start_B.shape[0]
             out_BO = jnp.zeros((B, config.max_new_tokens + config.max_depth + 1), jnp.int32)
-            c = commit_round(cache, ctx, drafter, out_BO, out_BO.astype(jnp.float32), draft=d,
-                             acc=acc, taps_BRF=taps_BRF, path_logprobs_BPV=None,
+            kept = keep_rows(d, acc, kv, taps_BRF, None, config.max_depth + 1, drafter, start_B)
+            c = commit_round(cache, ctx, drafter, out_BO, out_BO.astype(jnp.float32), kept,
                              start_B=start_B, n_B=jnp.ones((B,), jnp.int32),
                              done_B=jnp.zeros((B,), bool))
             return c.cache, c.ctx
@@ -92,13 +93,13 @@ class Stages:
         def fused(params, cache, ctx, t0_B, start_B):
             z, base = draft(params, ctx, t0_B, start_B)
             d = build(params, z, base, t0_B)
-            logits, taps, cache = verify_stage(params, cache, t0_B, start_B, d)
+            logits, taps, kv = verify_stage(params, cache, t0_B, start_B, d)
             acc = accept(logits, d)
-            return commit(params, cache, ctx, d, taps, start_B, acc)
+            return commit(params, cache, ctx, d, kv, taps, start_B, acc)
 
         self.draft = jax.jit(draft)
         self.build = jax.jit(build)
-        self.verify = jax.jit(verify_stage, donate_argnums=1)
+        self.verify = jax.jit(verify_stage)
         self.accept = jax.jit(accept)
         self.commit = jax.jit(commit, donate_argnums=(1, 2))
         self.fused = jax.jit(fused, donate_argnums=(1, 2))
@@ -180,17 +181,15 @@ def main():
         st = Stages(pair, configs[m])
         z, base = st.draft(params, ctx0, t0_B, start_B)
         d = st.build(params, z, base, t0_B)
-        logits, taps_BRF, _ = st.verify(params, copy(cache0), t0_B, start_B, d)
+        logits, taps_BRF, kv = st.verify(params, cache0, t0_B, start_B, d)
         acc = st.accept(logits, d)
 
         def run_verify(state, st=st, d=d):
-            out = st.verify(params, state["cache"], t0_B, start_B, d)
-            state["cache"] = out[2]
-            jax.block_until_ready(out)
+            jax.block_until_ready(st.verify(params, state["cache"], t0_B, start_B, d))
 
-        def run_commit(state, st=st, d=d, taps_BRF=taps_BRF, acc=acc):
+        def run_commit(state, st=st, d=d, kv=kv, taps_BRF=taps_BRF, acc=acc):
             state["cache"], state["ctx"] = st.commit(params, state["cache"], state["ctx"], d,
-                                                     taps_BRF, start_B, acc)
+                                                     kv, taps_BRF, start_B, acc)
             jax.block_until_ready(state["ctx"])
 
         def run_fused(state, st=st):

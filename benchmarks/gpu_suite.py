@@ -52,12 +52,12 @@ import numpy as np  # noqa: E402
 from dominotree_jax.bench.timing import interleaved_medians  # noqa: E402
 from dominotree_jax.config import DrafterConfig, TargetConfig, check_pair  # noqa: E402
 from dominotree_jax.decoding.accept import accept_walk  # noqa: E402
-from dominotree_jax.decoding.commit import commit  # noqa: E402
+from dominotree_jax.decoding.commit import commit, keep_rows  # noqa: E402
 from dominotree_jax.decoding.config import CHAIN_METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
 from dominotree_jax.decoding.draft import (  # noqa: E402
     bind_drafter_for, chain_draft, draft_round, tap_layers_for, tree_draft,
 )
-from dominotree_jax.decoding.verify import verify  # noqa: E402
+from dominotree_jax.decoding.verify import verify_rows  # noqa: E402
 from dominotree_jax.domino_head import expand_split_jnp, split_projection  # noqa: E402
 from dominotree_jax.model.cache import KVCache  # noqa: E402
 from dominotree_jax.model.drafter import DrafterContext, drafter_graphdef  # noqa: E402
@@ -350,22 +350,22 @@ def _build_stage(params, z_BJH, base_BJV, t0_B, *, config):
 
 
 def _verify_stage(params, cache, t0_B, start_B, draft, *, config):
+    """The verify forward (the cache is only read; the rows' K/V come back)."""
     target, _ = _bound(config, params)
-    return verify(target, cache, t0_B, start_B, draft.tokens_BN, draft.depths_BN,
-                  draft.ancestor_BRR, tap_layers_for(config))
+    return verify_rows(target, cache, t0_B, start_B, draft.tokens_BN, draft.depths_BN,
+                       draft.ancestor_BRR, tap_layers_for(config))
 
 
-def _accept_commit_stage(params, cache, ctx, out_BO, logits_BRV, taps_BRF, draft, t0_B,
+def _accept_commit_stage(params, cache, ctx, out_BO, logits_BRV, taps_BRF, kv, draft, t0_B,
                          start_B, n_B, *, config):
     """Greedy acceptance (temperature 0) and the commit, as the decode loop runs them."""
     _, drafter = _bound(config, params)
     post_BR = sample_tokens(jax.random.key(0), logits_BRV, 0.0)
     acc = accept_walk(draft.tokens_BN, draft.parents_BN, draft.valid_BN, post_BR,
                       config.max_depth)
-    done_B = jnp.zeros(t0_B.shape, bool)
-    c = commit(cache, ctx, drafter, out_BO, jnp.zeros(out_BO.shape, jnp.float32), draft=draft,
-               acc=acc, taps_BRF=taps_BRF, path_logprobs_BPV=None, start_B=start_B, n_B=n_B,
-               done_B=done_B)
+    kept = keep_rows(draft, acc, kv, taps_BRF, None, config.max_depth + 1, drafter, start_B)
+    c = commit(cache, ctx, drafter, out_BO, jnp.zeros(out_BO.shape, jnp.float32), kept,
+               start_B=start_B, n_B=n_B, done_B=jnp.zeros(t0_B.shape, bool))
     return c.cache, c.ctx, c.out_BO, c.tau_B
 
 
@@ -373,11 +373,11 @@ def _round(params, cache, ctx, out_BO, t0_B, start_B, n_B, *, config):
     """One whole round: draft (block forward + chain/tree) → verify → accept → commit."""
     target, drafter = _bound(config, params)
     draft = draft_round(config, target, drafter, ctx, t0_B, start_B)
-    logits_BRV, taps_BRF, cache = verify(target, cache, t0_B, start_B, draft.tokens_BN,
-                                         draft.depths_BN, draft.ancestor_BRR,
-                                         tap_layers_for(config))
-    return _accept_commit_stage(params, cache, ctx, out_BO, logits_BRV, taps_BRF, draft, t0_B,
-                                start_B, n_B, config=config)
+    logits_BRV, taps_BRF, kv = verify_rows(target, cache, t0_B, start_B, draft.tokens_BN,
+                                           draft.depths_BN, draft.ancestor_BRR,
+                                           tap_layers_for(config))
+    return _accept_commit_stage(params, cache, ctx, out_BO, logits_BRV, taps_BRF, kv, draft,
+                                t0_B, start_B, n_B, config=config)
 
 
 # jitted once here: equal static settings and shapes share a compiled program across methods
@@ -385,7 +385,7 @@ def _round(params, cache, ctx, out_BO, t0_B, start_B, n_B, *, config):
 # the decode loop
 draft_stage = jax.jit(_draft_stage, static_argnames="config")
 build_stage = jax.jit(_build_stage, static_argnames="config")
-verify_stage = jax.jit(_verify_stage, static_argnames="config", donate_argnums=1)
+verify_stage = jax.jit(_verify_stage, static_argnames="config")
 accept_commit_stage = jax.jit(_accept_commit_stage, static_argnames="config",
                               donate_argnums=(1, 2, 3))
 round_stage = jax.jit(_round, static_argnames="config", donate_argnums=(1, 2, 3))
@@ -471,22 +471,20 @@ def time_pair(spec: PairSpec, params, *, context: int, max_new_tokens: int, repe
         z, base = draft_stage(params, ctx0, t0_B, start_B, config=plain)
         draft = build_stage(params, z, base, t0_B, config=config)
         shape_cfg = _shared(config, method="ddtree" if method in TREE_METHODS else "dflash")
-        logits, taps, _ = verify_stage(params, fresh()["cache"], t0_B, start_B, draft,
-                                       config=shape_cfg)
-        jax.block_until_ready(accept_commit_stage(params, *fresh().values(), logits, taps,
+        logits, taps, kv = verify_stage(params, fresh()["cache"], t0_B, start_B, draft,
+                                        config=shape_cfg)
+        jax.block_until_ready(accept_commit_stage(params, *fresh().values(), logits, taps, kv,
                                                   draft, t0_B, start_B, n_B, config=shape_cfg))
         verify_state, commit_state, round_state = fresh(), fresh(), fresh()
 
         def run_verify(state=verify_state, draft=draft, config=shape_cfg):
-            out = verify_stage(params, state["cache"], t0_B, start_B, draft, config=config)
-            state["cache"] = out[2]
-            return out
+            return verify_stage(params, state["cache"], t0_B, start_B, draft, config=config)
 
-        def run_accept_commit(state=commit_state, logits=logits, taps=taps, draft=draft,
+        def run_accept_commit(state=commit_state, logits=logits, taps=taps, kv=kv, draft=draft,
                               config=shape_cfg):
             state["cache"], state["ctx"], state["out"], tau = accept_commit_stage(
-                params, state["cache"], state["ctx"], state["out"], logits, taps, draft, t0_B,
-                start_B, n_B, config=config)
+                params, state["cache"], state["ctx"], state["out"], logits, taps, kv, draft,
+                t0_B, start_B, n_B, config=config)
             return tau
 
         def run_round(state=round_state, config=config):

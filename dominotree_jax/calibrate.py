@@ -86,8 +86,8 @@ class RoundPrograms:
         """``rounds`` × (verify ``rows`` rows, argmax, accept, commit); ``plain_ar``: the ``ar``
         round (no taps, no drafter context) -- the unit."""
         from dominotree_jax.decoding.accept import accept_walk
-        from dominotree_jax.decoding.commit import commit
-        from dominotree_jax.decoding.verify import verify
+        from dominotree_jax.decoding.commit import commit, keep_rows
+        from dominotree_jax.decoding.verify import verify_rows
         from dominotree_jax.tree import chain_tree
 
         n, B = rows - 1, self.B
@@ -102,14 +102,16 @@ class RoundPrograms:
 
             def body(_, carry):
                 cache, ctx, out_BO = carry
-                logits_BRV, taps_BRF, cache = verify(target, cache, t0_B, start_B,
-                                                     draft.tokens_BN, draft.depths_BN,
-                                                     draft.ancestor_BRR, taps)
+                logits_BRV, taps_BRF, kv = verify_rows(target, cache, t0_B, start_B,
+                                                       draft.tokens_BN, draft.depths_BN,
+                                                       draft.ancestor_BRR, taps)
                 post_BR = jnp.argmax(logits_BRV, axis=-1).astype(jnp.int32)
                 acc = accept_walk(draft.tokens_BN, draft.parents_BN, draft.valid_BN, post_BR, n)
-                c = commit(cache, ctx, drafter, out_BO, out_BO.astype(jnp.float32), draft=draft,
-                           acc=acc, taps_BRF=taps_BRF, path_logprobs_BPV=None, start_B=start_B,
-                           n_B=jnp.ones((B,), jnp.int32), done_B=jnp.zeros((B,), bool))
+                kept = keep_rows(draft, acc, kv, taps_BRF, None, acc.rows_BP.shape[1], drafter,
+                                 start_B)
+                c = commit(cache, ctx, drafter, out_BO, out_BO.astype(jnp.float32), kept,
+                           start_B=start_B, n_B=jnp.ones((B,), jnp.int32),
+                           done_B=jnp.zeros((B,), bool))
                 return c.cache, (c.ctx if ctx is not None else None), c.out_BO
 
             return jax.lax.fori_loop(0, self.rounds, body, (cache, ctx, out_BO))

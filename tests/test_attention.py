@@ -38,7 +38,8 @@ def _dense_reference(q, new_k, new_v, block_mask, cache_k, cache_v, prefix):
     (2, 7, 4, 4, 8, 23, 23),     # no GQA grouping, block == S
     (4, 3, 8, 1, 4, 64, 5),      # MQA, many small blocks
 ])
-def test_blockwise_matches_plain_attention(B, T, N, K, D, S, block):
+@pytest.mark.parametrize("dense_rows", [0, 10**6], ids=["block-loop", "dense-buckets"])
+def test_blockwise_matches_plain_attention(B, T, N, K, D, S, block, dense_rows):
     rng = np.random.default_rng(B * 100 + T)
     f32 = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)  # noqa: E731
     q, new_k, new_v = f32(B, T, N, D), f32(B, T, K, D), f32(B, T, K, D)
@@ -51,7 +52,7 @@ def test_blockwise_matches_plain_attention(B, T, N, K, D, S, block):
     if T > 1:
         block_mask[0, 0] = False  # with an empty prefix: sees nothing at all -> zeros
     got = attend_cached(q, new_k, new_v, jnp.asarray(block_mask), cache_k, cache_v,
-                        jnp.asarray(prefix, jnp.int32), block=block)
+                        jnp.asarray(prefix, jnp.int32), block=block, dense_rows=dense_rows)
     want = _dense_reference(q, new_k, new_v, block_mask, cache_k, cache_v, prefix)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=2e-6)
     assert np.all(np.isfinite(np.asarray(got)))

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from decode_helpers import fresh_jit_decode, oracle_table
+from decode_helpers import FAST_XLA, fresh_jit_decode, oracle_table
 from dominotree_jax import DecodeConfig
+from dominotree_jax import decode as decode_fn
 from dominotree_jax.decoding import auto_size
 from dominotree_jax.decoding.auto_size import AutoPolicy, CostTable
 from dominotree_jax.decoding.draft import Draft
@@ -144,8 +145,30 @@ def test_wrong_drafter_falls_back_to_plain_steps_and_probes(method):
     rounds = int(out.num_rounds[0])
     assert rounds == n - 1
     assert (np.asarray(out.draft_sizes[0, :rounds]) == 0).all()
-    # drafts in the first round (optimistic start), then only probes: rounds 1, 9, 25, 57
-    assert 3 <= drafts.calls <= 6, drafts.calls
+    # drafts in the first round (optimistic start), then only probes, each gap twice the last:
+    # rounds 0, b, 3b, 7b, ... with b the policy's base gap
+    base = AutoPolicy(cfg, batch=1).probe_every
+    assert base == max(cfg.auto_probe_every,
+                       int(np.ceil(CostTable().draft_cost(method) / auto_size.PROBE_SHARE)))
+    expected = sum(1 for k in range(8) if (2 ** k - 1) * base < rounds)
+    assert drafts.calls == expected, (drafts.calls, expected, base)
+
+    # the next call, carrying the state: no optimistic first draft; the probe gap goes on
+    carry = jax.jit(lambda p, x, n, st, *, config: decode_fn(
+        p, x, config=config, prompt_lengths=n, auto_state=st), static_argnames="config",
+        compiler_options=FAST_XLA)
+    st = out.auto_state
+    assert float(st.rate) < AutoPolicy(cfg, batch=1).ar_rate
+    with scripted_drafter(seq, wrong=True), DraftCounter() as again:
+        out2 = jax.block_until_ready(carry(params, prompt_BT, lengths_B, st, config=cfg))
+    np.testing.assert_array_equal(out2.tokens[0], ref.tokens[0, :n])
+    last_draft = (2 ** (expected - 1) - 1) * base
+    wait = int(st.gap) - (rounds - 1 - last_draft)   # rounds until the next probe
+    assert int(st.since) == rounds - 1 - last_draft
+    assert again.calls == (1 if wait <= rounds else 0) < drafts.calls, (again.calls, wait)
+    with pytest.raises(ValueError, match="only for budget='auto'"):
+        decode_fn(params, prompt_BT, config=DecodeConfig(target=tcfg, method="ar",
+                                                         max_new_tokens=4), auto_state=st)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -229,7 +252,7 @@ def test_cost_table_interpolates_and_the_cost_file_round_trips(tmp_path, monkeyp
     t = CostTable(batch=1, verify=((1, 1.0), (5, 1.4), (17, 2.6)))
     assert t.verify_cost(1) == 1.0 and abs(t.verify_cost(3) - 1.2) < 1e-9
     assert abs(t.verify_cost(9) - 1.8) < 1e-9 and abs(t.verify_cost(33) - 4.2) < 1e-9
-    assert t.draft_cost("ddtree") == dict(auto_size.DEFAULT_DRAFT)["ddtree"]
+    assert t.draft_cost("ddtree") == dict(auto_size.DEFAULT_DRAFT)["ddtree"]   # batch 1
     with pytest.raises(ValueError, match="must start at 1"):
         CostTable(verify=((2, 1.0), (4, 2.0)))
     with pytest.raises(ValueError, match="bad entries"):
@@ -249,7 +272,7 @@ def test_cost_table_interpolates_and_the_cost_file_round_trips(tmp_path, monkeyp
     assert auto_size.table_for_batch(got, 2).batch == 1
     assert auto_size.table_for_batch(got, 8).batch == 16
     _, other, _ = tiny_pair(block_size=6)   # another drafter: not calibrated, defaults
-    assert auto_size.load_costs(tcfg, other) == (CostTable(),)
+    assert auto_size.load_costs(tcfg, other) == auto_size.default_tables()
     with open(path, "w") as f:
         json.dump({"something": "else"}, f)
     with pytest.raises(ValueError, match="not a version-1 cost file"):
@@ -287,6 +310,24 @@ def test_size_choice_follows_expected_tokens_per_cost():
     assert policy.sizes[int(policy.choose(half, draft_of(probs), live).index)] == 2
 
 
+def test_default_costs_grow_with_the_batch_and_large_batches_never_draft():
+    tables = auto_size.default_tables()
+    assert tables[0] == CostTable() and [t.batch for t in tables] == list(
+        auto_size.DEFAULT_BATCHES)
+    v17 = [t.verify_cost(17) for t in tables]
+    d = [t.draft_cost("dominotree") for t in tables]
+    assert all(a < b for a, b in zip(v17, v17[1:])) and all(a < b for a, b in zip(d, d[1:]))
+    assert all(t.verify_cost(1) == 1.0 for t in tables)
+    tcfg, dcfg, _ = tiny_pair(block_size=8)
+    cfg = _cfg(tcfg, dcfg, "dominotree", auto_costs=tables)
+    one, many = AutoPolicy(cfg, batch=1), AutoPolicy(cfg, batch=128)
+    assert one.can_pay and bool(one.wants_draft(one.init()))
+    # at batch 128 even a perfect 8-token path cannot pay for draft + verify: never a draft
+    assert not many.can_pay
+    st = many.init()._replace(since=jnp.int32(10**6))
+    assert not bool(many.wants_draft(st))
+
+
 def test_calibration_measures_a_usable_table(tmp_path, monkeypatch):
     import dominotree_jax as dj
     from dominotree_jax.calibrate import calibrate_batch
@@ -301,3 +342,40 @@ def test_calibration_measures_a_usable_table(tmp_path, monkeypatch):
     auto_size.save_costs(tcfg, dcfg, (table,))
     (got,) = _cfg(tcfg, dcfg, "dflash", auto_costs=None).auto_costs
     assert (got.verify, got.draft) == (table.verify, table.draft)
+
+
+def _cache_copies(params, cfg, B, T):
+    """``copy`` ops of one cache layer's shape in the compiled decode: (in loops, in entry)."""
+    import re
+    hlo = jax.jit(decode_fn, static_argnames="config").lower(
+        params, jax.ShapeDtypeStruct((B, T), jnp.int32), config=cfg,
+        prompt_lengths=jax.ShapeDtypeStruct((B,), jnp.int32)).compile().as_text()
+    S = T + cfg.max_new_tokens + cfg.num_draft_nodes + 1
+    tc = cfg.target
+    pattern = re.compile(r"=\s*f32\[%d,%d,%d,%d\]\{[^}]*\}\s+copy\(" % (
+        B, tc.num_key_value_heads, S, tc.head_dim))
+    loop = entry = 0
+    is_entry = False
+    for line in hlo.splitlines():
+        if not line.startswith(" ") and line.rstrip().endswith("{"):
+            is_entry = line.startswith("ENTRY")
+        if pattern.search(line):
+            entry += is_entry
+            loop += not is_entry
+    return loop, entry
+
+
+@pytest.mark.parametrize("method,budget", [("ar", 16), ("dominotree", 6), ("ddtree", "auto"),
+                                           ("domino", "auto")])
+def test_the_decode_loop_never_copies_the_cache(method, budget):
+    """A ``lax.switch`` branch that writes the cache, or a write not ordered after the reads,
+    makes XLA copy every layer's cache each round; the loop must update it in place."""
+    tcfg, dcfg, params = tiny_pair(block_size=8)
+    kw = dict(auto_costs=CHEAP) if budget == "auto" else {}
+    cfg = DecodeConfig(target=tcfg, drafter=None if method == "ar" else dcfg, method=method,
+                       budget=budget, node_topk=3, top_m=16, max_new_tokens=12, **kw)
+    if method == "ar":
+        params = {"target": params["target"], "drafter": None}
+    loop, entry = _cache_copies(params, cfg, 2, 8)
+    assert loop == 0, f"{loop} cache-layer copies inside the decode loop"
+    assert entry > 0   # the pattern does find the cache's copies (its initialisation)

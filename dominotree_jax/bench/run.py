@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dominotree_jax.decoding.auto_size import AutoPolicy
 from dominotree_jax.decoding.decode import decode
 from dominotree_jax.decoding.config import METHODS
 
@@ -113,15 +114,22 @@ class CompiledDecoders:
         self.params = params
         self._jit = jax.jit(decode, static_argnames="config")
         self._cache: dict[tuple[Any, int], Any] = {}
+        # budget="auto": the policy state is carried from call to call of a config (what a
+        # server or an RL loop does: the first prompt starts optimistic, the next ones from
+        # what the previous rounds measured)
+        self.auto_states: dict[Any, Any] = {}
         self.compile_s: dict[tuple[Any, int], float] = {}
         self.warmup_s: dict[tuple[Any, int], float] = {}
 
     def _compile(self, config, width: int):
         t0 = time.perf_counter()
+        state = None
+        if config.is_auto:
+            state = AutoPolicy(config, 1).init()
         fn = self._jit.lower(
             self.params, jax.ShapeDtypeStruct((1, width), jnp.int32), config=config,
-            key=jax.random.key(0),
-            prompt_lengths=jax.ShapeDtypeStruct((1,), jnp.int32)).compile()
+            key=jax.random.key(0), prompt_lengths=jax.ShapeDtypeStruct((1,), jnp.int32),
+            auto_state=state).compile()
         self.compile_s[config, width] = time.perf_counter() - t0
         return fn
 
@@ -131,14 +139,21 @@ class CompiledDecoders:
         lengths_1 = jnp.asarray([length], jnp.int32)
         jax.block_until_ready((prompt_1W, lengths_1, key))
         cache_key = (config, prompt_1W.shape[1])
+        state = None
+        if config.is_auto:
+            state = self.auto_states.get(config) or AutoPolicy(config, 1).init()
         fn = self._cache.get(cache_key)
         if fn is None:
             fn = self._cache[cache_key] = self._compile(*cache_key)
             t0 = time.perf_counter()
-            jax.block_until_ready(fn(self.params, prompt_1W, key=key, prompt_lengths=lengths_1))
+            jax.block_until_ready(fn(self.params, prompt_1W, key=key, prompt_lengths=lengths_1,
+                                     auto_state=state))
             self.warmup_s[cache_key] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        out = jax.block_until_ready(fn(self.params, prompt_1W, key=key, prompt_lengths=lengths_1))
+        out = jax.block_until_ready(fn(self.params, prompt_1W, key=key, prompt_lengths=lengths_1,
+                                       auto_state=state))
+        if config.is_auto:
+            self.auto_states[config] = out.auto_state
         return out, time.perf_counter() - t0
 
 

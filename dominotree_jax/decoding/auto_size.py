@@ -10,10 +10,13 @@ The policy, all of it inside the jitted loop (``AutoState`` is part of the loop 
 1. Draft or not, *before* drafting (a draft costs ~0.5-1.2 AR steps on a CPU whatever size is
    then verified): draft while ``rate`` -- an EMA of the tokens per AR step that drafted rounds
    really delivered, draft cost included -- is at least the AR rate ``1 / cost(0)``; otherwise
-   take plain steps and draft again only as a probe, after ``gap`` rounds (``probe_every`` at
-   first; it doubles after each probe that leaves ``rate`` below the AR rate, up to 16x
-   ``probe_every``, and resets when one lifts it above). ``rate`` starts optimistic, so the
-   first rounds draft.
+   take plain steps and draft again only as a probe, after ``gap`` rounds. The base gap is
+   ``auto_probe_every``, raised to ``draft cost / PROBE_SHARE`` rounds when drafting is dear
+   (so a useless drafter's probes cost at most ~4% of the time); it doubles after each probe
+   that leaves ``rate`` below the AR rate, up to 16x the base, and resets when one lifts it
+   above. ``rate`` starts optimistic, so the first round drafts. When even a strong drafter
+   (3/4 of the longest path accepted) could not beat the AR rate at any size (a large batch
+   on a CPU), no round drafts at all and the loop is compiled as plain steps.
 2. Which size, once drafted: the drafter's scores are cumulative path log-probs in pop order
    (parents before children, best first), so the first ``n`` nodes are a valid subtree and
    ``E(n) = 1 + c * sum_{i<n} exp(score_i)`` is its expected committed tokens. ``c`` calibrates an
@@ -39,16 +42,43 @@ import jax.numpy as jnp
 COSTS_ENV = "DOMINOTREE_JAX_COSTS"   # path of a cost file that replaces the cached one
 COSTS_VERSION = 1
 
-# Sane defaults (SmolLM2-135M, 2-core CPU, README round-stage table): a verify of ``r`` rows costs
-# ``1 + 0.15 (r - 1)`` AR steps; the drafter's block forward + chain/tree build per method.
-DEFAULT_VERIFY_SLOPE = 0.15
-DEFAULT_DRAFT = (("dflash", 0.64), ("domino", 1.24), ("ddtree", 0.64), ("dominotree", 0.68))
+# Defaults when this machine has no calibration (``python -m dominotree_jax.calibrate``): one
+# target forward over ``m`` row-tokens (batch rows x verify rows) is modelled as ``1 + s (m - 1)``
+# single-row steps (the weights are read once, then every row adds compute), so at batch ``B`` a
+# verify of ``r`` rows costs ``(1 + s (B r - 1)) / (1 + s (B - 1))`` AR steps; ``s`` is set a
+# little above the idle 2-core CPU's 0.084 (README round-stage table), erring towards plain steps.
+# The draft (the drafter's block forward + chain/tree build) costs ``DEFAULT_DRAFT`` AR steps at
+# batch 1 and grows with its ``8 B`` block rows by the same model.
+DEFAULT_ROW_SLOPE = 0.1
+DEFAULT_DRAFT = (("dflash", 0.5), ("domino", 0.9), ("ddtree", 0.5), ("dominotree", 0.55))
+DEFAULT_ROWS = (1, 3, 5, 9, 17, 33)
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+DRAFT_BLOCK_ROWS = 8
+
+
+def _model_steps(m: int) -> float:
+    return 1.0 + DEFAULT_ROW_SLOPE * (m - 1)
+
+
+def default_verify(batch: int = 1) -> tuple[tuple[int, float], ...]:
+    ar = _model_steps(batch)
+    return tuple((r, round(_model_steps(batch * r) / ar, 4)) for r in DEFAULT_ROWS)
+
+
+def default_draft(batch: int = 1) -> tuple[tuple[str, float], ...]:
+    scale = (_model_steps(DRAFT_BLOCK_ROWS * batch) / _model_steps(DRAFT_BLOCK_ROWS)
+             / _model_steps(batch))
+    return tuple((m, round(d * scale, 4)) for m, d in DEFAULT_DRAFT)
+
 
 RATE_START = 1.1       # initial ``rate`` (x the AR rate): optimistic, the first round drafts
 RATE_ALPHA = 0.3       # EMA weight of the newest drafted round in ``rate``
 CALIB_ALPHA = 0.2      # ... in the calibration EMAs
 CALIB_MAX = 2.0        # largest calibration factor ``c``
-MAX_GAP_FACTOR = 16    # the probe gap grows up to ``16 * probe_every`` rounds
+MAX_GAP_FACTOR = 16    # the probe gap grows up to ``16 *`` its base
+PLAUSIBLE_ACCEPT = 0.75  # share of the longest draft path a strong drafter gets accepted
+PROBE_SHARE = 0.04     # base probe gap >= draft cost / this: a useless drafter's probes cost
+                       # at most ~4% of the time, then halving as the gap doubles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +91,7 @@ class CostTable:
     ``draft``: ``(method, cost)``: the drafter's block forward + the chain or tree build.
     """
     batch: int = 1
-    verify: tuple[tuple[int, float], ...] = ((1, 1.0), (17, 1.0 + 16 * DEFAULT_VERIFY_SLOPE))
+    verify: tuple[tuple[int, float], ...] = default_verify(1)
     draft: tuple[tuple[str, float], ...] = DEFAULT_DRAFT
     source: str = "default"
 
@@ -83,8 +113,13 @@ class CostTable:
         raise AssertionError("unreachable")
 
     def draft_cost(self, method: str) -> float:
-        table = dict(DEFAULT_DRAFT) | dict(self.draft)
+        table = dict(default_draft(self.batch)) | dict(self.draft)
         return table[method]
+
+    @classmethod
+    def default(cls, batch: int = 1) -> "CostTable":
+        """The cost model's table at ``batch`` (see ``DEFAULT_ROW_SLOPE``)."""
+        return cls(batch=batch, verify=default_verify(batch), draft=default_draft(batch))
 
     def to_json(self) -> dict:
         return {"batch": self.batch, "verify": [list(p) for p in self.verify],
@@ -163,21 +198,26 @@ def _read(path: str) -> dict:
     return data
 
 
+def default_tables() -> tuple[CostTable, ...]:
+    """The cost model's tables at ``DEFAULT_BATCHES``."""
+    return tuple(CostTable.default(b) for b in DEFAULT_BATCHES)
+
+
 def load_costs(target_cfg, drafter_cfg, path: str | None = None) -> tuple[CostTable, ...]:
-    """The calibrated tables for this machine and model pair, else ``(CostTable(),)``."""
+    """The calibrated tables for this machine and model pair, else ``default_tables()``."""
     path = path or cost_file_path()
     if not os.path.exists(path):
         if path == os.environ.get(COSTS_ENV):
             raise ValueError(f"{COSTS_ENV}={path}: no such cost file")
-        return (CostTable(),)
+        return default_tables()
     entry = _read(path).get("machines", {}).get(machine_key(target_cfg, drafter_cfg))
     if not entry:
-        return (CostTable(),)
+        return default_tables()
     try:
         tables = tuple(CostTable.from_json(t, source=path) for t in entry["tables"])
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"cost file {path}: bad entry for this machine ({e})") from e
-    return tuple(sorted(tables, key=lambda t: t.batch)) or (CostTable(),)
+    return tuple(sorted(tables, key=lambda t: t.batch)) or default_tables()
 
 
 def save_costs(target_cfg, drafter_cfg, tables, path: str | None = None, info=None) -> str:
@@ -226,15 +266,33 @@ class AutoPolicy:
         self.verify_costs = tuple(table.verify_cost(n + 1) for n in self.sizes)
         self.draft_cost = table.draft_cost(config.method)
         self.ar_rate = 1.0 / self.verify_costs[0]
-        self.probe_every = config.auto_probe_every
+        self.probe_every = max(config.auto_probe_every,
+                               math.ceil(self.draft_cost / PROBE_SHARE))
+        # Can drafting pay at all? A round whose draft has 3/4 of its longest path accepted
+        # (a strong drafter) commits ``1 + PLAUSIBLE_ACCEPT * min(n, J)`` tokens; when that
+        # never beats the AR rate (a large batch on a CPU), no round drafts, not even a probe,
+        # and the loop compiles to plain steps only.
+        J = config.drafter.num_draft_positions
+        self.can_pay = any((1 + PLAUSIBLE_ACCEPT * min(n, J)) / (self.draft_cost + v)
+                           > self.ar_rate
+                           for n, v in zip(self.sizes[1:], self.verify_costs[1:]))
 
-    def init(self) -> AutoState:
+    def init(self, carried: AutoState | None = None) -> AutoState:
+        """The optimistic start, or a previous call's final state (``carried``)."""
         f32, i32 = jnp.float32, jnp.int32
+        if carried is not None:
+            if not isinstance(carried, AutoState):
+                raise ValueError(f"auto_state must be a DecodeOutput.auto_state (AutoState), got "
+                                 f"{type(carried).__name__}")
+            return AutoState(*(jnp.asarray(x, t).reshape(()) for x, t in
+                               zip(carried, (f32, f32, f32, i32, i32))))
         return AutoState(jnp.asarray(RATE_START * self.ar_rate, f32), jnp.ones((), f32),
                          jnp.ones((), f32), jnp.zeros((), i32),
                          jnp.asarray(self.probe_every, i32))
 
     def wants_draft(self, st: AutoState):
+        if not self.can_pay:
+            return jnp.zeros((), bool)
         return (st.rate >= self.ar_rate) | (st.since + 1 >= st.gap)
 
     def calibration(self, st: AutoState):

@@ -1,10 +1,13 @@
 """Step 4 of a round, commit (docs/algorithm.md §5): make the accepted path permanent.
 
-After verification the tree's rows sit in cache slots ``start .. start + R - 1`` in pop order.
-Committing moves the root and the accepted nodes to the contiguous slots ``start .. start + a``
-(the rejected rows stay behind as garbage no mask shows), extends the drafter's context with
-their tapped features, and appends the new tokens (accepted nodes, then the bonus) and their
-log-probabilities to the output buffers.
+Verification returns every verify row's K/V. ``keep_rows`` picks out the root and the accepted
+nodes (``RoundRows``, padded to the loop's ``P`` path slots so that every draft size gives the
+same shapes; the drafter-context K/V are computed on the path's own rows, one for a plain
+step), and ``commit`` writes their K/V to the contiguous slots ``start .. start + a``, writes
+their drafter-context rows, and appends the new tokens (accepted nodes, then the bonus) and
+their log-probabilities to the output buffers. ``budget="auto"`` runs ``keep_rows`` inside its
+``lax.switch`` (one branch per size) and ``commit`` after it: a branch that wrote the cache
+would make XLA copy it whole every round.
 """
 
 from __future__ import annotations
@@ -16,9 +19,21 @@ import jax.numpy as jnp
 
 from dominotree_jax.decoding.accept import Accepted
 from dominotree_jax.decoding.draft import Draft
-from dominotree_jax.model.cache import KVCache, compact_rows, gather_rows
+from dominotree_jax.model.cache import KVCache, gather_rows, write_layer
 
 PAD = -1  # token value after ``num_tokens``
+
+
+class RoundRows(NamedTuple):
+    """What one round keeps, in ``P`` path slots (root first; slots past the accepted path repeat
+    its last row and are never visible)."""
+    kv: KVCache             # the kept rows' K/V, per layer [B, P, K, D]
+    taps_BPF: jax.Array     # their tapped target features [B, P, F]
+    new_BP: jax.Array       # [B, P] tokens to append: accepted node tokens, then the bonus; PAD
+    logp_BP: jax.Array      # [B, P] float32 their log-probs (zeros without log-probs)
+    num_nodes_B: jax.Array  # [B] accepted draft nodes (the round commits num_nodes + 1 tokens)
+    ctx_kv: tuple | None = None  # the drafter-context K/V of the kept rows, (k, v) per drafter
+    #                              layer [B, P, K', D'] (None without a drafter)
 
 
 class Committed(NamedTuple):
@@ -27,14 +42,6 @@ class Committed(NamedTuple):
     out_BO: jax.Array       # [B, O] tokens, the new ones written at n .. n + tau - 1
     logp_BO: jax.Array      # [B, O] float32 log-probs at the same slots
     tau_B: jax.Array        # [B] tokens this round adds (accepted nodes + the bonus)
-
-
-def compact_accepted(cache: KVCache, start_B, rows_BP) -> KVCache:
-    """Move verify rows ``rows_BP`` (root first) to slots ``start, start + 1, …``."""
-    if rows_BP.shape[1] == 1:  # ar: the single root row is already in place
-        return cache
-    src_BP = start_B[:, None] + rows_BP
-    return KVCache(compact_rows(cache.k, start_B, src_BP), compact_rows(cache.v, start_B, src_BP))
 
 
 def new_tokens(draft: Draft, acc: Accepted):
@@ -46,30 +53,63 @@ def new_tokens(draft: Draft, acc: Accepted):
     return jnp.where(j_P[None] <= acc.num_nodes_B[:, None], new_BP, PAD)
 
 
-def commit(cache: KVCache, ctx, drafter, out_BO, logp_BO, *, draft: Draft, acc: Accepted,
-           taps_BRF, path_logprobs_BPV, start_B, n_B, done_B) -> Committed:
-    """Commit one round for every batch row; rows already ``done`` change nothing visible.
+def keep_rows(draft: Draft, acc: Accepted, rows: KVCache, taps_BRF, path_logprobs_BPV,
+              P: int, drafter=None, start_B=None) -> RoundRows:
+    """The accepted path's rows out of one verification, padded to ``P`` slots.
 
-    ``taps_BRF``: the target's tapped features of the verify rows (for the drafter context);
-    ``path_logprobs_BPV``: for the accepted path's rows (``acc.rows_BP``), log-probabilities of
-    the distribution each successor was drawn from, or None when log-probs are not requested;
-    ``n_B``: tokens generated so far.
+    ``rows``: every verify row's K/V (per layer ``[B, R, K, D]``); ``taps_BRF``: their tapped
+    features; ``path_logprobs_BPV``: for the accepted path's rows (``acc.rows_BP``),
+    log-probabilities of the distribution each successor was drawn from, or None. With a
+    ``drafter``, the drafter-context K/V of the path's rows (at positions ``start ..``) are
+    computed here on the path's own ``p`` rows (one for a plain step), before the padding.
     """
-    cache = compact_accepted(cache, start_B, acc.rows_BP)
-    P = acc.rows_BP.shape[1]
-    if drafter is not None:
-        path_pos_BP = start_B[:, None] + jnp.arange(P)[None]
-        ctx = drafter.extend_context(ctx, gather_rows(taps_BRF, acc.rows_BP), path_pos_BP,
-                                     start_B, acc.num_nodes_B + 1)
+    p = acc.rows_BP.shape[1]
+    if p > P:
+        raise ValueError(f"an accepted path of {p} slots does not fit in P = {P}")
+
+    def pad(x_BpX, **kw):
+        return jnp.pad(x_BpX, ((0, 0), (0, P - p)) + ((0, 0),) * (x_BpX.ndim - 2), **kw)
+
     new_BP = new_tokens(draft, acc)
+    logp_BP = jnp.zeros(new_BP.shape, jnp.float32)
+    if path_logprobs_BPV is not None:
+        logp_BP = jnp.take_along_axis(path_logprobs_BPV, jnp.maximum(new_BP, 0)[..., None],
+                                      2)[..., 0]
+    ctx_kv = None
+    if drafter is not None:
+        feats_BpF = gather_rows(taps_BRF, acc.rows_BP)
+        k_rows, v_rows = drafter.context_rows(feats_BpF, start_B[:, None] + jnp.arange(p)[None])
+        ctx_kv = tuple((pad(k, mode="edge"), pad(v, mode="edge"))
+                       for k, v in zip(k_rows, v_rows))
+    rows_BP = pad(acc.rows_BP, mode="edge")
+    return RoundRows(KVCache(tuple(gather_rows(k, rows_BP) for k in rows.k),
+                             tuple(gather_rows(v, rows_BP) for v in rows.v)),
+                     gather_rows(taps_BRF, rows_BP), pad(new_BP, constant_values=PAD),
+                     pad(logp_BP), acc.num_nodes_B, ctx_kv)
+
+
+def commit(cache: KVCache, ctx, drafter, out_BO, logp_BO, kept: RoundRows, *, start_B, n_B,
+           done_B, in_place: bool = False) -> Committed:
+    """Commit one round for every batch row; rows already ``done`` change nothing visible
+    (their cache slots at ``start ..`` are past anything they will read). ``n_B``: tokens
+    generated so far. ``in_place``: the verification already wrote every row at ``start + r``
+    and the accepted rows are ``0 .. a`` (``ar``, chains), so the cache is left as it is (writing
+    the same rows again, unordered with the attention reads, would make XLA copy the cache)."""
+    if not in_place:
+        cache = KVCache(tuple(write_layer(c, r, start_B) for c, r in zip(cache.k, kept.kv.k)),
+                        tuple(write_layer(c, r, start_B) for c, r in zip(cache.v, kept.kv.v)))
+    P = kept.new_BP.shape[1]
+    if drafter is not None:
+        if kept.ctx_kv is None:
+            raise ValueError("commit with a drafter needs keep_rows(..., drafter=...)")
+        ctx = drafter.write_context(ctx, tuple(k for k, _ in kept.ctx_kv),
+                                    tuple(v for _, v in kept.ctx_kv), start_B,
+                                    kept.num_nodes_B + 1)
     j_P = jnp.arange(P)
-    keep_BP = (j_P[None] <= acc.num_nodes_B[:, None]) & ~done_B[:, None]
+    keep_BP = (j_P[None] <= kept.num_nodes_B[:, None]) & ~done_B[:, None]
     O = out_BO.shape[1]
     rows_B1 = jnp.arange(out_BO.shape[0])[:, None]
     slot_BP = jnp.where(keep_BP, n_B[:, None] + j_P[None], O)  # O: dropped
-    out_BO = out_BO.at[rows_B1, slot_BP].set(new_BP, mode="drop")
-    if path_logprobs_BPV is not None:
-        lp_BP = jnp.take_along_axis(path_logprobs_BPV, jnp.maximum(new_BP, 0)[..., None],
-                                    2)[..., 0]
-        logp_BO = logp_BO.at[rows_B1, slot_BP].set(lp_BP, mode="drop")
-    return Committed(cache, ctx, out_BO, logp_BO, acc.num_nodes_B + 1)
+    out_BO = out_BO.at[rows_B1, slot_BP].set(kept.new_BP, mode="drop")
+    logp_BO = logp_BO.at[rows_B1, slot_BP].set(kept.logp_BP, mode="drop")
+    return Committed(cache, ctx, out_BO, logp_BO, kept.num_nodes_B + 1)

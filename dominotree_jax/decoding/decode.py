@@ -1,7 +1,8 @@
 """``decode``: prefill, then a ``jax.lax.while_loop`` of rounds (docs/algorithm.md §5).
 
 One round, for every batch row, is the four steps in their files:
-``draft.draft_round`` → ``verify.verify`` → ``accept.accept_walk`` → ``commit.commit``.
+``draft.draft_round`` → ``verify.verify_rows`` → ``accept.accept_walk`` →
+``commit.keep_rows`` / ``commit.commit``.
 Every method is a tree: ``ar`` drafts nothing (one verify row, the bonus), the chain methods
 draft a chain, the tree methods a best-first tree. A round commits ``tau = accepted + 1``
 tokens per row; rows finish independently on a stop token or ``max_new_tokens``.
@@ -18,12 +19,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from dominotree_jax.decoding.accept import accept_walk
-from dominotree_jax.decoding.commit import PAD, commit
+from dominotree_jax.decoding.commit import PAD, commit, keep_rows
 from dominotree_jax.decoding.config import DecodeConfig
+from dominotree_jax.tree import TREE_METHODS
 from dominotree_jax.decoding.auto_size import AutoPolicy
 from dominotree_jax.decoding.draft import (bind_drafter_for, draft_round, first_nodes,
                                            skipped_draft, tap_layers_for)
-from dominotree_jax.decoding.verify import verify
+from dominotree_jax.decoding.verify import verify_in_place, verify_rows
 from dominotree_jax.model.cache import KVCache, gather_rows, write_rows
 from dominotree_jax.model.drafter import DrafterContext
 from dominotree_jax.model.target import bind_target, prefill
@@ -44,6 +46,10 @@ class DecodeOutput(NamedTuple):
     # [B, max_new_tokens] int32 draft nodes verified in each round (0 = a plain AR step; the
     # fixed size unless budget="auto"), -1 = no round
     draft_sizes: Any = None
+    # budget="auto": the policy's state after the last round (``auto_size.AutoState``); pass it
+    # as ``decode(..., auto_state=...)`` to the next call of the same config so that it starts
+    # from what these rounds measured instead of the optimistic default
+    auto_state: Any = None
 
 
 class LoopState(NamedTuple):
@@ -101,11 +107,14 @@ def _check_inputs(prompt_BT, lengths_B, config: DecodeConfig, key):
                              f" {sorted(set(bad.tolist()))[:10]}")
 
 
-def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=None) -> DecodeOutput:
+def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=None,
+           auto_state=None) -> DecodeOutput:
     """Generate up to ``config.max_new_tokens`` tokens after ``prompt`` (``[T]`` or ``[B, T]``).
 
     ``params``: ``{"target": state, "drafter": state or None}``. Pure and jittable:
-    ``jax.jit(decode, static_argnames="config")``.
+    ``jax.jit(decode, static_argnames="config")``. ``auto_state`` (``budget="auto"`` only): a
+    previous call's ``DecodeOutput.auto_state``, to carry the draft-size policy's measurements
+    (delivered rate, drafter calibration, probe gap) from call to call.
     """
     prompt_BT = jnp.asarray(prompt)
     if not jnp.issubdtype(prompt_BT.dtype, jnp.integer):
@@ -117,6 +126,8 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     lengths_B = (jnp.full((B,), T, jnp.int32) if prompt_lengths is None
                  else jnp.asarray(prompt_lengths, jnp.int32).reshape(B))
     _check_inputs(prompt_BT, lengths_B, config, key)
+    if auto_state is not None and not config.is_auto:
+        raise ValueError("auto_state is only for budget='auto' configs")
     key = jax.random.key(0) if key is None else key
     S = cache_length(config, T)
     target = bind_target(config.target, params["target"])
@@ -148,19 +159,28 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     if config.return_features:
         feats_BWF = jnp.pad(pre.taps, ((0, 0), (0, O), (0, 0)))
     policy = AutoPolicy(config, B) if config.is_auto else None
+    # the draft size when it is static: the budget, or 0 when auto mode can never pay to draft
+    fixed_size = (config.num_draft_nodes if policy is None
+                  else None if policy.can_pay else 0)
     state = LoopState(pre.cache, ctx, out_BO, logp_BO, n_B, done_B, jnp.zeros((B,), jnp.int32),
                       jnp.zeros((B, config.max_new_tokens), jnp.int32), key, feats_BWF,
                       jnp.full((B, config.max_new_tokens), -1, jnp.int32),
-                      policy.init() if policy is not None else None)
+                      None if policy is None else policy.init(auto_state))
     P = config.max_depth + 1
 
-    def verify_and_commit(n: int, draft, s: LoopState, t0_B, start_B, sub):
-        """Steps 2-4 on the first ``n`` draft nodes (static ``n``): verify ``n + 1`` rows,
-        accept, commit. Returns (Committed, accepted nodes [B], the target's first token [B],
-        the committed rows' features [B, P, F] or None)."""
+    def verify_and_keep(n: int, draft, cache, t0_B, start_B, sub, in_branch: bool = False):
+        """Steps 2-3 on the first ``n`` draft nodes (static ``n``): verify ``n + 1`` rows,
+        accept, keep the accepted path's rows (``RoundRows``, ``P`` slots). Inside a
+        ``lax.switch`` branch the cache is only read (a branch that writes it makes XLA copy it
+        whole every round); otherwise the rows are written in place first. Returns (RoundRows,
+        the target's first token [B], the cache)."""
         d = first_nodes(draft, n) if draft.tokens_BN.shape[1] != n else draft
-        logits_BRV, taps_BRF, cache = verify(target, s.cache, t0_B, start_B, d.tokens_BN,
-                                             d.depths_BN, d.ancestor_BRR, taps)
+        if in_branch:
+            logits_BRV, taps_BRF, rows = verify_rows(target, cache, t0_B, start_B, d.tokens_BN,
+                                                     d.depths_BN, d.ancestor_BRR, taps)
+        else:
+            logits_BRV, taps_BRF, cache, rows = verify_in_place(
+                target, cache, t0_B, start_B, d.tokens_BN, d.depths_BN, d.ancestor_BRR, taps)
         post_BR = sample_tokens(sub, logits_BRV, config.temperature, config.top_k, config.top_p)
         acc = accept_walk(d.tokens_BN, d.parents_BN, d.valid_BN, post_BR,
                           min(config.drafter.num_draft_positions, n) if n else 0)
@@ -168,26 +188,21 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
         if config.return_logprobs:
             path_lp_BPV = sampling_logprobs(gather_rows(logits_BRV, acc.rows_BP),
                                             config.temperature, config.top_k, config.top_p)
-        c = commit(cache, s.ctx, drafter, s.out_BO, s.logp_BO, draft=d, acc=acc,
-                   taps_BRF=taps_BRF, path_logprobs_BPV=path_lp_BPV, start_B=start_B, n_B=s.n_B,
-                   done_B=s.done_B)
-        feats_BPF = None
-        if config.return_features:   # padded to P rows by repeating the last (never read)
-            feats_BPF = gather_rows(taps_BRF, acc.rows_BP)
-            feats_BPF = jnp.pad(feats_BPF, ((0, 0), (0, P - feats_BPF.shape[1]), (0, 0)),
-                                mode="edge")
-        return c, acc.num_nodes_B, post_BR[:, 0], feats_BPF
+        kept = keep_rows(d, acc, rows, taps_BRF, path_lp_BPV, P, drafter, start_B)
+        return kept, post_BR[:, 0], (None if in_branch else cache)
 
     def round_fn(s: LoopState) -> LoopState:
         start_B = lengths_B + s.n_B - 1
         t0_B = jnp.take_along_axis(s.out_BO, (s.n_B - 1)[:, None], 1)[:, 0]
         key, sub = jax.random.split(s.key)
         auto = s.auto
-        if policy is None:   # a fixed size: draft, verify, accept, commit
-            draft = draft_round(config, target, drafter, s.ctx, t0_B, start_B)
-            size_B = jnp.full((B,), config.num_draft_nodes, jnp.int32)
-            c, _, _, feats_BPF = verify_and_commit(config.num_draft_nodes, draft, s, t0_B,
-                                                   start_B, sub)
+        if fixed_size is not None:   # a fixed size: draft, verify, accept, commit
+            draft = (draft_round(config, target, drafter, s.ctx, t0_B, start_B) if fixed_size
+                     else skipped_draft(B, 0))
+            size_B = jnp.full((B,), fixed_size, jnp.int32)
+            kept, _, cache = verify_and_keep(fixed_size, draft, s.cache, t0_B, start_B, sub)
+            # the rows sit at start + r already; an accepted chain is rows 0 .. a
+            in_place = config.method not in TREE_METHODS or fixed_size == 0
         else:   # auto: draft or not, pick a size, run that size's branch
             live_B = ~s.done_B
             drafted = policy.wants_draft(auto)
@@ -197,13 +212,20 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
             choice = policy.choose(auto, draft, live_B)
             index = jnp.where(drafted, choice.index, 0)
             choice = choice._replace(index=index)
-            branches = [functools.partial(verify_and_commit, n) for n in policy.sizes]
-            c, accepted_B, first_B, feats_BPF = jax.lax.switch(
-                index, branches, draft, s, t0_B, start_B, sub)
+            branches = [functools.partial(verify_and_keep, n, in_branch=True)
+                        for n in policy.sizes]
+            kept, first_B, _ = jax.lax.switch(index, branches, draft, s.cache, t0_B, start_B,
+                                              sub)
+            cache, in_place = s.cache, False
             size_B = jnp.asarray(policy.sizes, jnp.int32)[index] + jnp.zeros((B,), jnp.int32)
             root_hit_B = jnp.any(draft.valid_BN & (draft.parents_BN < 0)
                                  & (draft.tokens_BN == first_B[:, None]), axis=1)
-            auto = policy.update(auto, drafted, choice, c.tau_B, accepted_B, root_hit_B, live_B)
+            auto = policy.update(auto, drafted, choice, kept.num_nodes_B + 1, kept.num_nodes_B,
+                                 root_hit_B, live_B)
+        # step 4, outside any branch: write the kept rows, extend the drafter context, append
+        c = commit(cache, s.ctx, drafter, s.out_BO, s.logp_BO, kept, start_B=start_B,
+                   n_B=s.n_B, done_B=s.done_B, in_place=in_place)
+        feats_BPF = kept.taps_BPF
         n_new_B = jnp.where(s.done_B, s.n_B, s.n_B + c.tau_B)
         stop_B = _finished(c.out_BO, s.n_B, n_new_B, config) & ~s.done_B
         n_new_B = jnp.where(stop_B, _stop_length(c.out_BO, s.n_B, n_new_B, config), n_new_B)
@@ -229,7 +251,7 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     if config.return_features:
         feats = final.feats_BWF[:, :T + config.max_new_tokens]
     return DecodeOutput(tokens, n_B, final.taus_BX, final.rounds_B, logp, feats,
-                        final.sizes_BX)
+                        final.sizes_BX, final.auto)
 
 
 def _is_stop(tok, config: DecodeConfig):

@@ -82,23 +82,3 @@ def gather_rows(x_BSX: jax.Array, idx_BT: jax.Array) -> jax.Array:
     """``x[b, idx[b, t]]`` → ``[B, T, ...]``."""
     return jnp.take_along_axis(x_BSX, idx_BT.reshape(idx_BT.shape + (1,) * (x_BSX.ndim - 2)),
                                axis=1)
-
-
-def compact_rows(cache_layers, start_B, src_BP):
-    """Move slots ``src[b, :]`` to ``start_b, start_b+1, ...`` in every layer of a per-layer
-    cache (a tuple of ``[B, K, S, D]``); returns the tuple.
-
-    Trailing entries of ``src`` past the accepted path repeat its last row: they are copied
-    too (garbage, never visible), which keeps shapes static.
-    """
-    gdims = lax.GatherDimensionNumbers(
-        offset_dims=(2, 3), collapsed_slice_dims=(2,), start_index_map=(2,),
-        operand_batching_dims=(0,), start_indices_batching_dims=(0,))
-
-    def one(c_BKSD):
-        _, K, _, D = c_BKSD.shape
-        moved_BPKD = lax.gather(c_BKSD, src_BP[..., None], gdims, slice_sizes=(1, K, 1, D),
-                                mode=lax.GatherScatterMode.CLIP)
-        return write_layer(c_BKSD, moved_BPKD, start_B)
-
-    return tuple(one(c) for c in cache_layers)

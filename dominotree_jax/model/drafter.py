@@ -128,18 +128,27 @@ class Drafter(nnx.Module):
 
         Only the first ``num_new_b`` rows of each batch row count: ``length = start + num_new``;
         the others are never written, nor are rows that a later one in the same write would
-        displace from the ring (``t < num_new - S``).
+        displace from the ring (``t < num_new - S``). ``context_rows`` + ``write_context``.
         """
+        k_rows, v_rows = self.context_rows(feats_BTF, positions_BT)
+        return self.write_context(ctx, k_rows, v_rows, start_B, num_new_B)
+
+    def context_rows(self, feats_BTF, positions_BT):
+        """The context K/V of ``T`` tokens from their tapped target features: per drafter layer
+        ``[B, T, K, D]`` (``fc`` + norm, then each layer's key/value projections)."""
         x_BTH = self.hidden_norm(self.fc(feats_BTF.astype(self.dtype)))
         cos, sin = self._rope(positions_BT)
-        S, t_1T = ctx.max_len, jnp.arange(feats_BTF.shape[1])[None]
+        kv = [layer.self_attn.keys_values(x_BTH, cos, sin) for layer in self.layers]
+        return tuple(k for k, _ in kv), tuple(v for _, v in kv)
+
+    def write_context(self, ctx: DrafterContext, k_rows, v_rows, start_B,
+                      num_new_B) -> DrafterContext:
+        """Write ``context_rows`` output at positions ``start_b …`` (see ``extend_context``)."""
+        S, t_1T = ctx.max_len, jnp.arange(k_rows[0].shape[1])[None]
         keep_BT = (t_1T < num_new_B[:, None]) & (t_1T >= num_new_B[:, None] - S)
         slots_BT = jnp.where(keep_BT, jnp.mod(start_B[:, None] + t_1T, S), S)  # S: dropped
-        new_k, new_v = [], []
-        for i, layer in enumerate(self.layers):
-            k_BTKD, v_BTKD = layer.self_attn.keys_values(x_BTH, cos, sin)
-            new_k.append(write_rows_at(ctx.k[i], k_BTKD, slots_BT))
-            new_v.append(write_rows_at(ctx.v[i], v_BTKD, slots_BT))
+        new_k = [write_rows_at(ctx.k[i], k, slots_BT) for i, k in enumerate(k_rows)]
+        new_v = [write_rows_at(ctx.v[i], v, slots_BT) for i, v in enumerate(v_rows)]
         length = (start_B + num_new_B).astype(jnp.int32)
         return DrafterContext(jnp.stack(new_k), jnp.stack(new_v), length)
 

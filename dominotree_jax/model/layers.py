@@ -7,6 +7,7 @@ to 1.7x faster than the transposed layout for the few-row products of verificati
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -158,6 +159,9 @@ def attend(q_BTND, k_BSKD, v_BSKD, mask_BTS):
 # of each product: per (batch, kv head) one ``[T*G, D] x [D, block]`` matmul.
 
 ATTENTION_BLOCK = 512  # cache slots per key block
+# At most this many query rows per kv head (rows x grouped heads: decode and verify) take one
+# dense pass over a power-of-two bucket of slots instead of the block loop (no per-block overhead).
+DENSE_ROWS = 128
 
 
 def _fold_queries(q_BTND, num_kv_heads: int):
@@ -197,16 +201,19 @@ def _online_step(state, s_BKMS, visible, v_BKSD):
 
 
 def attend_cached(q_BTND, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, cache_v_BKSD,
-                  prefix_B, *, block: int | None = None):
+                  prefix_B, *, block: int | None = None, dense_rows: int | None = None):
     """Attention of new rows over the committed cache prefix and the new rows themselves.
 
     ``cache_*_BKSD``: one layer's cache ``[B, K, S, D]``; slots ``>= prefix[b]`` are never read
     into the result (and key blocks past ``max(prefix)`` are not computed). ``block_mask_BTT``:
     which new rows each new row sees (causal for a prompt chunk, ancestors for a tree).
     Float32 softmax; a row that sees nothing gives zeros, as ``attend``. ``block``: key slots per
-    block (default ``ATTENTION_BLOCK``).
+    block (default ``ATTENTION_BLOCK``). With at most ``dense_rows`` (default ``DENSE_ROWS``)
+    folded query rows, the prefix is one dense pass over the first ``block * 2^i`` slots, the
+    smallest such bucket that holds ``max(prefix)`` (a ``lax.switch``, one branch per bucket).
     """
     block = ATTENTION_BLOCK if block is None else block
+    dense_rows = DENSE_ROWS if dense_rows is None else dense_rows
     B, T, N, D = q_BTND.shape
     K = new_k_BTKD.shape[2]
     G = N // K
@@ -227,6 +234,22 @@ def attend_cached(q_BTND, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
         live_BS = jnp.arange(S)[None, :] < prefix_B[:, None]
         state = _online_step(state, _scores(q_BKMD, cache_k_BKSD), live_BS[:, None, None, :],
                              cache_v_BKSD)
+    elif M <= dense_rows:   # decode, verify
+        buckets = []
+        L = blk
+        while L < S:
+            buckets.append(L)
+            L *= 2
+        buckets.append(S)
+
+        def dense(L, st):
+            live_BS = jnp.arange(L)[None, :] < prefix_B[:, None]
+            return _online_step(st, _scores(q_BKMD, cache_k_BKSD[:, :, :L]),
+                                live_BS[:, None, None, :], cache_v_BKSD[:, :, :L])
+
+        index = jnp.searchsorted(jnp.asarray(buckets), jnp.max(prefix_B), side="left")
+        state = jax.lax.switch(jnp.minimum(index, len(buckets) - 1),
+                               [functools.partial(dense, L) for L in buckets], state)
     else:
         def one_block(i, st):
             lo = i * blk

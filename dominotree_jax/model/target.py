@@ -46,6 +46,7 @@ class ForwardOut(NamedTuple):
     hidden: jax.Array   # [B, T, H] after the final norm (feed to ``TargetModel.logits``)
     taps: jax.Array     # [B, T, len(tap_layers) * H] concatenated tapped layer outputs
     cache: KVCache
+    rows: KVCache | None = None   # the new rows' own K/V, per layer [B, T, K, D]
 
 
 class TargetModel(nnx.Module):
@@ -95,6 +96,17 @@ class TargetModel(nnx.Module):
                     cache_k, cache_v)
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
 
+    def forward_rows(self, tokens_BT, positions_BT, cache: KVCache, prefix_B, block_mask_BTT,
+                     tap_layers: tuple[int, ...] = ()) -> ForwardOut:
+        """``forward_cached`` **without writing the cache**: ``ForwardOut.cache`` is the cache
+        unchanged, ``ForwardOut.rows`` the new rows' K/V for the caller to write where it wants
+        (a cache only read inside a ``lax.switch`` branch is not copied; one updated there is
+        copied whole by XLA)."""
+        def attn(i, q, k, v, cache_k, cache_v):
+            out = attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B)
+            return out, cache_k, cache_v
+        return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
+
     def _layers(self, tokens_BT, positions_BT, cache: KVCache, attn, tap_layers) -> ForwardOut:
         cfg = self.cfg
         if cache.num_layers != len(self.layers):
@@ -105,11 +117,14 @@ class TargetModel(nnx.Module):
         cos, sin = rope_cos_sin(positions_BT, inv_freq, scale)
         h = self.embed(tokens_BT)
         new_k, new_v, taps = list(cache.k), list(cache.v), {}
+        rows_k, rows_v = [], []
         for i, layer in enumerate(self.layers):
             x = layer.input_layernorm(h)
             q = layer.self_attn.queries(x, cos, sin)
             k, v = layer.self_attn.keys_values(x, cos, sin)
             out, new_k[i], new_v[i] = attn(i, q, k, v, new_k[i], new_v[i])
+            rows_k.append(k)
+            rows_v.append(v)
             h = h + layer.self_attn.output(out)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
             if i in tap_layers:
@@ -121,7 +136,8 @@ class TargetModel(nnx.Module):
             taps[len(self.layers) - 1] = normed
         tapped = (jnp.concatenate([taps[i] for i in tap_layers], axis=-1) if tap_layers
                   else jnp.zeros(h.shape[:2] + (0,), h.dtype))
-        return ForwardOut(normed, tapped, KVCache(tuple(new_k), tuple(new_v)))
+        return ForwardOut(normed, tapped, KVCache(tuple(new_k), tuple(new_v)),
+                          KVCache(tuple(rows_k), tuple(rows_v)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,7 +10,19 @@ Parameters are arguments of one jitted program per ``(DecodeConfig, batch, width
 
 Use it from tunix's ``RLCluster`` with ``ClusterConfig(rollout_engine=functools.partial(
 DominoTreeRollout, drafter_config=..., drafter_params=...), ...)`` and a ``TunixCausalLM``
-actor, or directly: ``DominoTreeRollout(rollout_actor=dj.Target or TargetModel, tokenizer=...)``.
+actor (``tests/test_tunix_learner.py`` runs tunix's ``GRPOLearner`` this way), or directly:
+``DominoTreeRollout(rollout_actor=dj.Target or TargetModel, tokenizer=...)``.
+
+Parameters and meshes: the engine decodes with the arrays it is given, except those placed on a
+mesh with ``AxisType.Explicit`` axes (``jax.make_mesh``'s default, which RLCluster reshards the
+actor onto): ``decode`` is written for ``Auto`` meshes (XLA's partitioner places the
+intermediates), so such arrays are copied once to the same devices and ``PartitionSpec`` on the
+same mesh with ``Auto`` axes, at construction and at every ``update_params``. With an ``Auto``
+mesh (``tunix.utils.mesh.create_mesh``, ``dominotree_jax.sharding.make_mesh``) a colocated
+engine shares the actor's parameter variables (no copy; tunix then never calls
+``update_params``, and each rollout reads the trainer's current values); with an ``Explicit``
+one it holds that copy, which tunix sees as separate weights and refreshes through
+``update_params`` after every global step.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import AxisType, Mesh, NamedSharding
 
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.decode import DecodeOutput, decode
@@ -88,6 +101,32 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+def _auto_axes_sharding(x):
+    """The ``Auto``-axes twin of ``x``'s sharding when it is on a mesh with ``Explicit`` axes."""
+    s = getattr(x, "sharding", None)
+    if not (isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh)
+            and any(t == AxisType.Explicit for t in s.mesh.axis_types)):
+        return None
+    mesh = s.mesh.update(axis_types=(AxisType.Auto,) * len(s.mesh.axis_names))
+    return NamedSharding(mesh, s.spec, memory_kind=s.memory_kind)
+
+
+def without_explicit_axes(tree):
+    """``tree`` unchanged (the same object) unless some array is placed on a mesh with
+    ``Explicit`` axes; then a copy of the tree with those arrays on the same devices and
+    ``PartitionSpec`` over the mesh with ``Auto`` axes (``decode`` and our forwards are written
+    for ``Auto`` meshes)."""
+    if tree is None or not any(_auto_axes_sharding(x) is not None
+                               for x in jax.tree.leaves(tree)):
+        return tree
+
+    def place(x):
+        s = _auto_axes_sharding(x)
+        return x if s is None else jax.device_put(x, s)
+
+    return jax.tree.map(place, tree)
+
+
 def _target_of(actor) -> tuple[Any, Any]:
     """``(TargetConfig, params)`` of a ``TunixCausalLM``, ``TargetModel`` or ``dj.Target``."""
     if isinstance(actor, TunixCausalLM):
@@ -107,7 +146,9 @@ class DominoTreeRollout(BaseRollout):
                  return_features: bool = False, compiler_options: dict | None = None):
         """``rollout_actor``: the target (see ``_target_of``). ``tokenizer``: HF or tunix style
         (only needed for text prompts). ``mesh``/``rollout_config``: accepted for tunix's
-        ``RLCluster``; place sharded parameters yourself (``dominotree_jax.sharding``).
+        ``RLCluster``; the parameters are used where they are (``dominotree_jax.sharding``
+        places them), except that arrays on ``Explicit`` mesh axes are moved to ``Auto``
+        ones (module docstring).
         ``method``/``budget``/``node_topk``/``top_m``: ``DecodeConfig`` settings (``"ar"``
         needs no drafter). ``return_features``: keep the committed tokens' tapped target
         features of each rollout (``last.out.features``) for ``drafter_refresh``.
@@ -116,7 +157,8 @@ class DominoTreeRollout(BaseRollout):
             raise ValueError("DominoTreeRollout needs rollout_actor (the target model)")
         self.tcfg, params = _target_of(rollout_actor)
         self.dcfg = drafter_config
-        self._params = {"target": params, "drafter": drafter_params}
+        self._params = {"target": without_explicit_axes(params),
+                        "drafter": without_explicit_axes(drafter_params)}
         self._tok = None if tokenizer is None else _Tokenizer(tokenizer)
         self._settings = dict(drafter=drafter_config, method=method, budget=budget,
                               node_topk=node_topk, top_m=top_m)
@@ -191,23 +233,26 @@ class DominoTreeRollout(BaseRollout):
     def get_per_token_logps(self, prompt_tokens, completion_tokens) -> jax.Array:
         """``[B, C]`` temperature-1 log-probs of the completions (tunix's layout: prompts
         left-padded, completions right-padded with ``pad_id``), one teacher-forced forward."""
-        return self._logps(self._params["target"], jnp.asarray(prompt_tokens, jnp.int32),
-                           jnp.asarray(completion_tokens, jnp.int32), pad_id=int(self.pad_id()))
+        prompt, completion = without_explicit_axes(
+            (jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(completion_tokens, jnp.int32)))
+        return self._logps(self._params["target"], prompt, completion,
+                           pad_id=int(self.pad_id()))
 
     def update_params(self, params, filter_types=None) -> None:
         """New target parameter values (a ``TargetModel``/``TunixCausalLM`` module or state,
         or a nested dict; a subset is merged in, as tunix's vanilla rollout does). Shapes must
-        match; values are cast to the rollout dtype. No recompilation."""
-        self._params = dict(self._params, target=self._merged(self._params["target"], params,
-                                                              filter_types))
+        match; values are cast to the rollout dtype (and moved off ``Explicit`` mesh axes).
+        No recompilation."""
+        self._params = dict(self._params, target=without_explicit_axes(
+            self._merged(self._params["target"], params, filter_types)))
 
     def update_drafter_params(self, drafter_params) -> None:
         """New drafter parameter values (same structure): also no recompilation."""
         old = self._params["drafter"]
         if jax.tree.structure(old) != jax.tree.structure(drafter_params):
             raise ValueError("drafter_params must have the structure of the current drafter")
-        self._params = dict(self._params, drafter=jax.tree.map(
-            lambda n, o: jnp.asarray(n, o.dtype).reshape(o.shape), drafter_params, old))
+        self._params = dict(self._params, drafter=without_explicit_axes(jax.tree.map(
+            lambda n, o: jnp.asarray(n, o.dtype).reshape(o.shape), drafter_params, old)))
 
     def pad_id(self) -> int:
         if self._tok is None:
