@@ -67,3 +67,23 @@ def first_tokens_chi_square_p(tokens_BX, exact_joint, vocab: int) -> float:
     if (~big).any():
         obs, exp = np.append(obs, observed[~big].sum()), np.append(exp, expected[~big].sum())
     return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
+class IntTokenizer:
+    """Token ids written as space-separated integers (tunix's encode/decode/*_id protocol);
+    id 0 is both the end and the padding token."""
+
+    def encode(self, text, **kw):
+        return [int(t) for t in text.split()]
+
+    def decode(self, ids, **kw):
+        return " ".join(str(int(i)) for i in ids)
+
+    def bos_id(self):
+        return None
+
+    def eos_id(self):
+        return 0
+
+    def pad_id(self):
+        return 0

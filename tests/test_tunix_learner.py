@@ -31,7 +31,7 @@ from tunix.rl.rollout import base_rollout  # noqa: E402
 from decode_helpers import FAST_XLA  # noqa: E402
 from dominotree_jax.rollout import (DominoTreeRollout, TunixCausalLM,  # noqa: E402
                                     completion_logprobs)
-from spec_fixtures import tiny_pair  # noqa: E402
+from spec_fixtures import IntTokenizer, tiny_pair  # noqa: E402
 
 # tunix 0.1.7 uses `with mesh:` and pxla.thread_resources, optax.global_norm: deprecated APIs
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -42,25 +42,6 @@ NEW = 4
 # string by string): prompts are numpy arrays, as its data pipelines give them
 BATCHES = [{"prompts": np.array(["3 17 5 9", "40 1"])},
            {"prompts": np.array(["5 12 40 2 2 7", "7"])}]
-
-
-class IntTokenizer:
-    """Token ids written as space-separated integers (tunix's encode/decode/*_id protocol)."""
-
-    def encode(self, text, **kw):
-        return [int(t) for t in text.split()]
-
-    def decode(self, ids, **kw):
-        return " ".join(str(int(i)) for i in ids)
-
-    def bos_id(self):
-        return None
-
-    def eos_id(self):
-        return PAD
-
-    def pad_id(self):
-        return PAD
 
 
 def flat(state) -> dict:

@@ -37,6 +37,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
 
+from dominotree_jax.decoding.auto_size import AutoPolicy
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.decode import DecodeOutput, decode
 from dominotree_jax.model.target import TargetModel
@@ -171,10 +172,14 @@ class DominoTreeRollout(BaseRollout):
         self.traces: list[DecodeConfig] = []
         self.logp_traces: list[tuple] = []
         self.last: LastRollout | None = None
+        # budget="auto": the draft-size policy's state, carried from rollout to rollout per
+        # (config, batch size), so each rollout starts from what the previous ones measured
+        self._auto_states: dict[tuple, Any] = {}
 
-        def run(params, prompt_BT, lengths_B, key, *, config):
+        def run(params, prompt_BT, lengths_B, key, auto_state, *, config):
             self.traces.append(config)   # Python side effect: once per compilation
-            return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B)
+            return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
+                          auto_state=auto_state)
 
         def logps(target_params, prompt_BP, completion_BC, pad_id):
             self.logp_traces.append(prompt_BP.shape + completion_BC.shape)
@@ -209,9 +214,15 @@ class DominoTreeRollout(BaseRollout):
         config = self.decode_config(rc)
         key = self._key_for(rc.seed)
         t0 = time.perf_counter()
+        state_key = (config, B)
+        state = None
+        if config.is_auto:
+            state = self._auto_states.get(state_key) or AutoPolicy(config, B).init()
         out = self._decode(self._params, jnp.asarray(prompt_BT), jnp.asarray(lengths_B), key,
-                           config=config)
+                           state, config=config)
         jax.block_until_ready(out.tokens)
+        if config.is_auto:
+            self._auto_states[state_key] = out.auto_state
         self.last = LastRollout(jnp.asarray(prompt_BT), jnp.asarray(lengths_B), out,
                                 time.perf_counter() - t0)
         tokens_BN = np.asarray(out.tokens)
