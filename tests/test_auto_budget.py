@@ -131,13 +131,21 @@ def test_batched_rows_equal_single_row_decodes():
                                    atol=1e-4)
 
 
-@pytest.mark.parametrize("method", ["domino", "dominotree"])
-def test_wrong_drafter_falls_back_to_plain_steps_and_probes(method):
+def _wrong_or_oracle_setup(n):
+    """A tiny pair, a fresh jitted decode, one prompt, its ``ar`` output (``n + 10`` tokens)
+    and prompt + output as the absolute-position sequence a scripted drafter follows."""
     tcfg, dcfg, params = tiny_pair(block_size=8)
     run = fresh_jit_decode()
-    prompt_BT, lengths_B, n = jnp.array([[3, 17, 5, 9, 33]], jnp.int32), jnp.array([5]), 60
+    prompt_BT, lengths_B = jnp.array([[3, 17, 5, 9, 33]], jnp.int32), jnp.array([5])
     ref = _ar(run, params, tcfg, prompt_BT, lengths_B, n + 10)
     seq = np.concatenate([np.asarray(prompt_BT[0]), np.asarray(ref.tokens[0])])
+    return tcfg, dcfg, params, run, prompt_BT, lengths_B, ref, seq
+
+
+@pytest.mark.parametrize("method", ["domino", "dominotree"])
+def test_wrong_drafter_falls_back_to_plain_steps_and_probes(method):
+    n = 60
+    tcfg, dcfg, params, run, prompt_BT, lengths_B, ref, seq = _wrong_or_oracle_setup(n)
     cfg = _cfg(tcfg, dcfg, method, max_new_tokens=n)
     with scripted_drafter(seq, wrong=True), DraftCounter() as drafts:
         out = jax.block_until_ready(run(params, prompt_BT, lengths_B, config=cfg))
@@ -173,11 +181,8 @@ def test_wrong_drafter_falls_back_to_plain_steps_and_probes(method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_oracle_drafter_gets_the_largest_size(method):
-    tcfg, dcfg, params = tiny_pair(block_size=8)
-    run = fresh_jit_decode()
-    prompt_BT, lengths_B, n = jnp.array([[3, 17, 5, 9, 33]], jnp.int32), jnp.array([5]), 40
-    ref = _ar(run, params, tcfg, prompt_BT, lengths_B, n + 10)
-    seq = np.concatenate([np.asarray(prompt_BT[0]), np.asarray(ref.tokens[0])])
+    n = 40
+    tcfg, dcfg, params, run, prompt_BT, lengths_B, ref, seq = _wrong_or_oracle_setup(n)
     sizes = (0, 2, 4, 8)   # a tree of more than J = 8 nodes adds nothing for an oracle
     cfg = _cfg(tcfg, dcfg, method, max_new_tokens=n, auto_sizes=sizes)
     with scripted_drafter(seq):

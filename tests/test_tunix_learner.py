@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-pytest.importorskip("tunix")
+pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
 import optax  # noqa: E402
 from tunix.rl import rl_cluster as rl_cluster_lib  # noqa: E402
 from tunix.rl.grpo import grpo_learner  # noqa: E402
