@@ -7,8 +7,11 @@ StandardCheckpointer, the pure-dict parameter tree).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
+import sys
+import time
 
 import jax
 import numpy as np
@@ -109,15 +112,44 @@ def restore_params(path: str, abstract_state):
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                           nnx.to_pure_dict(abstract_state))
     _check_structure(path, target, _saved_metadata(path))
+    failure = None
     try:
         with ocp.StandardCheckpointer() as ckptr:
             pure = ckptr.restore(os.path.join(path, "params"), target)
     except Exception as e:  # truncated or missing array files
-        raise CheckpointError(os.path.join(path, "params"), other=[
-            f"damaged orbax array data: {type(e).__name__}: {str(e)[:300]}"]) from None
+        failure = f"damaged orbax array data: {type(e).__name__}: {str(e)[:300]}"
+    if failure is not None:
+        _finalize_abandoned_reads()
+        raise CheckpointError(os.path.join(path, "params"), other=[failure])
     state = jax.tree.map(lambda x: x, abstract_state)
     nnx.replace_by_pure_dict(state, pure)
     return state
+
+
+def _finalize_abandoned_reads(wait_s: float = 5.0):
+    """Finalize the reads a failed orbax restore leaves pending, here and quietly.
+
+    After one array fails, orbax abandons a coroutine per remaining array; its worker thread
+    lets go of them a moment later. Left to the garbage collector they would each print a
+    traceback at whatever code runs then (on CPython 3.11 even inside ``compile``, where the
+    re-entry raises ``SystemError``), so wait for them here (at most ``wait_s``).
+    """
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda _: None
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            gc.collect()
+            if not _live_orbax_coroutines() or time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+    finally:
+        sys.unraisablehook = hook
+
+
+def _live_orbax_coroutines() -> int:
+    return sum(1 for o in gc.get_objects() if type(o).__name__ == "coroutine"
+               and "orbax" in getattr(getattr(o, "cr_code", None), "co_filename", ""))
 
 
 def _check_structure(path, expected, found):
