@@ -212,3 +212,27 @@ def test_checkpoint_every_step_then_final_save(setup):
     assert len(tr.fit()) == 2            # the periodic checkpoint at the last step is reused
     assert tr._mgr.latest_step() == 2
     tr.close()
+
+
+def test_grown_drafter_starts_as_the_original(setup):
+    """Added layers copy the last one with zero output projections: identical draft logits."""
+    from dominotree_jax.train.grow import grow_layers
+    root, target, ds, train_ids, _ = setup
+    a = _trainer(setup, "grow_src", 2)
+    a.fit()
+    b = jax.tree.map(jnp.asarray, D.make_batch(ds, train_ids[:4], anchors=4, block=4,
+                                               rng=np.random.default_rng(3)))
+    cfg3, flat3 = grow_layers(DCFG, {k: np.asarray(v) for k, v in a.flat.items()}, 3)
+    assert cfg3.num_hidden_layers == 3 and "layers.2.mlp.up_proj.weight" in flat3
+    assert not np.any(flat3["layers.1.self_attn.o_proj.weight"])
+    root, target = setup[0], setup[1]
+    tc = TrainConfig(steps=1, batch=4, anchors=4, warmup=1, seed=0, ckpt_every_s=1e9)
+    g = Trainer(cfg3, TCFG, target.params, ds, train_ids, tc, str(root / "grown" / "ckpt"),
+                log_dir=str(root / "grown"), progress=False, init_flat=flat3)
+    one = loss_and_metrics(DCFG, TCFG, a.params, target.params, b, 0.0, None)
+    three = loss_and_metrics(cfg3, TCFG, g.params, target.params, b, 0.0, None)
+    np.testing.assert_allclose(float(three[0]), float(one[0]), rtol=1e-6)
+    with pytest.raises(ValueError, match="only adds layers"):
+        grow_layers(cfg3, flat3, 2)
+    a.close()
+    g.close()

@@ -23,7 +23,8 @@ import time
 
 RUN_FIELDS = ("data", "shards", "layers", "intermediate", "taps", "block_size", "gru", "emb",
               "mask_token_id", "steps", "batch", "anchors", "seq_len", "lr", "warmup", "gamma",
-              "soft", "curriculum", "train_vocab", "heldout_pct", "warm_start", "seed")
+              "soft", "curriculum", "train_vocab", "heldout_pct", "warm_start", "grow_layers",
+              "seed")
 
 
 def parse_args(argv=None):
@@ -55,6 +56,9 @@ def parse_args(argv=None):
     p.add_argument("--warm-start", default=None, help="released-format drafter directory to "
                    "start from ('shipped' = the packaged one); its config replaces the drafter "
                    "flags above")
+    p.add_argument("--grow-layers", type=int, default=None,
+                   help="with --warm-start: grow the drafter to this many layers (added layers "
+                   "copy the last one with zeroed output projections: same outputs at step 0)")
     # training
     p.add_argument("--shards", type=int, default=None,
                    help="train on the first N answer shards (default: all there are now)")
@@ -131,6 +135,8 @@ def drafter_config(run: dict, target_cfg):
 def warm_start(run: dict, target_cfg):
     """``(DrafterConfig, {name: float32 array})`` of the warm-start drafter, or ``(config from
     the flags, None)``."""
+    if run.get("grow_layers") and not run["warm_start"]:
+        raise SystemExit("--grow-layers needs --warm-start (a new drafter takes --layers)")
     if not run["warm_start"]:
         return drafter_config(run, target_cfg), None
     from convert.drafter import load_drafter
@@ -138,7 +144,11 @@ def warm_start(run: dict, target_cfg):
     from dominotree_jax.assets import smollm2_drafter_path
     path = smollm2_drafter_path() if run["warm_start"] == "shipped" else run["warm_start"]
     cfg, params = load_drafter(path, dtype="float32", target_cfg=target_cfg)
-    return cfg, state_to_flat(params)
+    flat = state_to_flat(params)
+    if run.get("grow_layers"):
+        from dominotree_jax.train.grow import grow_layers
+        cfg, flat = grow_layers(cfg, flat, run["grow_layers"])
+    return cfg, flat
 
 
 def dataset(args, run, target, dcfg):

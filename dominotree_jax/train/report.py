@@ -1,8 +1,16 @@
-"""Plot a training run's learning curve: ``python -m dominotree_jax.train.report RUN_DIR PNG``."""
+"""Plot learning curves.
+
+``python -m dominotree_jax.train.report RUN_DIR PNG``: one run's training curves.
+``python -m dominotree_jax.train.report --heldout PNG RUN_DIR [RUN_DIR ...]``: the held-out
+curves (``heldout_curve.jsonl``: chain τ and cross-entropy against training labels seen) of
+several runs in one figure, labelled by run directory name.
+"""
 
 from __future__ import annotations
 
 import csv
+import json
+import os
 import sys
 
 import numpy as np
@@ -50,5 +58,31 @@ def plot(run_dir: str, png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
+def plot_heldout(run_dirs: list[str], png: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for run in run_dirs:
+        with open(os.path.join(run, "heldout_curve.jsonl")) as f:
+            pts = [json.loads(line) for line in f if line.strip()]
+        labels = [p["labels_seen"] / 1e3 for p in pts]
+        name = os.path.basename(os.path.normpath(run))
+        a1.plot(labels, [p["tau_corr"] for p in pts], "o-", label=name)
+        a2.plot(labels, [p["corr_loss"] for p in pts], "o-", label=name)
+    a1.set_ylabel("held-out chain τ (corrected head, teacher-forced)")
+    a2.set_ylabel("held-out cross-entropy (full vocabulary, nats)")
+    for a in (a1, a2):
+        a.set_xlabel("training labels seen (thousands)")
+        a.grid(alpha=0.3)
+        a.legend(fontsize=8)
+    fig.suptitle("Domino drafter for SmolLM2-135M-Instruct: held-out learning curves")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 if __name__ == "__main__":
-    plot(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--heldout":
+        plot_heldout(sys.argv[3:], sys.argv[2])
+    else:
+        plot(sys.argv[1], sys.argv[2])

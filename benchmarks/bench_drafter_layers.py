@@ -1,0 +1,114 @@
+"""What a drafter layer costs: the draft stage of several drafters against one AR step.
+
+Each ``--drafter`` directory (released Domino format, SmolLM2 target) drafts one block after
+``--context`` committed tokens; its draft stage (``Drafter.draft``: backbone layers + the
+shared LM head) and its ``dominotree`` round fused into one jitted call are timed interleaved
+with the target's AR step, so the figures are ratios measured side by side. Use it to decide
+whether an extra drafter layer is worth its acceptance: a round costs ``fused / AR`` steps and
+commits ``τ`` tokens.
+
+    JAX_PLATFORMS=cpu python benchmarks/bench_drafter_layers.py --drafter shipped \
+        --drafter runs/d2/drafter [--repeats 21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import dominotree_jax as dj  # noqa: E402
+from convert.drafter import load_drafter  # noqa: E402
+from bench_round_stages import Stages, ar_step, context_tokens  # noqa: E402
+from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path  # noqa: E402
+from dominotree_jax.bench.timing import interleaved_medians  # noqa: E402
+from dominotree_jax.model.drafter import DrafterContext, bind_drafter  # noqa: E402
+from dominotree_jax.model.target import bind_target, prefill  # noqa: E402
+
+
+def prepared(pair, C: int, S: int):
+    """``(cache, ctx, t0_B, start_B)`` after prefilling ``C`` real tokens."""
+    tcfg, dcfg = pair.target.config, pair.drafter_config
+    ids_BT = jnp.asarray(context_tokens(pair.target, C + 1))[None]
+    taps = tuple(dcfg.target_layer_ids)
+
+    @jax.jit
+    def run(params, ids_BT):
+        target = bind_target(tcfg, params["target"])
+        drafter = bind_drafter(dcfg, params["drafter"])
+        pre, _ = prefill(target, ids_BT, jnp.full((1,), C, jnp.int32), S, taps)
+        ctx = drafter.extend_context(DrafterContext.zeros(dcfg, 1, S), pre.taps,
+                                     jnp.arange(C, dtype=jnp.int32)[None],
+                                     jnp.zeros((1,), jnp.int32), jnp.full((1,), C, jnp.int32))
+        return pre.cache, ctx
+
+    cache, ctx = run(pair.params, ids_BT[:, :C])
+    return cache, ctx, ids_BT[:, C], jnp.full((1,), C, jnp.int32)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--drafter", action="append", required=True,
+                    help="drafter directory, or 'shipped' (repeatable)")
+    ap.add_argument("--repeats", type=int, default=21)
+    ap.add_argument("--context", type=int, default=200)
+    args = ap.parse_args()
+    if args.repeats < 10:
+        ap.error("--repeats must be >= 10")
+
+    target = dj.load_target(smollm2_gguf_path())
+    C, S = args.context, args.context + 128
+    fns, names, first = {}, [], None
+    copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731
+    for spec in args.drafter:
+        path = smollm2_drafter_path() if spec == "shipped" else spec
+        dcfg, dparams = load_drafter(path, target_cfg=target.config)
+        pair = dj.Pair(target, dcfg, dparams)
+        cfg = pair.config("dominotree", max_new_tokens=64, budget=16, node_topk=8, top_m=64)
+        st = Stages(pair, cfg)
+        cache, ctx, t0_B, start_B = prepared(pair, C, S)
+        params = pair.params
+        if first is None:
+            first = (ar_step(pair, pair.config("ar", max_new_tokens=64)), params, cache,
+                     t0_B, start_B)
+        state = {"cache": copy(cache), "ctx": copy(ctx)}
+
+        def run_fused(state=state, st=st, params=params, t0_B=t0_B, start_B=start_B):
+            state["cache"], state["ctx"] = st.fused(params, state["cache"], state["ctx"],
+                                                    t0_B, start_B)
+            jax.block_until_ready(state["ctx"])
+
+        name = f"{spec} ({pair.drafter_config.num_hidden_layers} layer(s))"
+        names.append(name)
+        fns[f"{name}/draft"] = (lambda st=st, params=params, ctx=ctx, t0_B=t0_B,
+                                start_B=start_B: st.draft(params, ctx, t0_B, start_B))
+        fns[f"{name}/round"] = run_fused
+        print(f"  compiled {name}", flush=True)
+
+    step, params, cache, t0_B, start_B = first
+    ar_state = {"cache": copy(cache)}
+
+    def run_ar():
+        tok, ar_state["cache"] = step(params, ar_state["cache"], t0_B, start_B)
+        tok.block_until_ready()
+
+    fns["ar"] = run_ar
+    med = interleaved_medians(fns, args.repeats)
+    ar = med["ar"]
+    print(f"\nSmolLM2-135M, context {C} tokens, median of {args.repeats}, "
+          f"{jax.default_backend()}; AR step {ar:.1f} ms\n")
+    print("| drafter | draft ms (× AR) | dominotree round ms (× AR) |")
+    print("|---|---|---|")
+    for n in names:
+        d, r = med[f"{n}/draft"], med[f"{n}/round"]
+        print(f"| {n} | {d:.1f} ({d / ar:.2f}×) | {r:.1f} ({r / ar:.2f}×) |")
+
+
+if __name__ == "__main__":
+    main()

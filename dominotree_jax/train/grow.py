@@ -1,0 +1,39 @@
+"""Grow a trained drafter by layers without changing what it computes.
+
+A warm start from a 1-layer drafter can still try 2 or 3 layers: every added layer copies the
+last layer's weights (its attention and MLP see sensible inputs from the first step) but its two
+output projections (``o_proj``, ``down_proj``) start at zero. A pre-norm residual layer whose
+outputs are zero adds nothing to the residual stream, so the grown drafter's draft logits equal
+the original's exactly at step 0, and training moves from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from dominotree_jax.config import DrafterConfig
+
+_ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+
+
+def grow_layers(cfg: DrafterConfig, flat: dict, num_layers: int) -> tuple[DrafterConfig, dict]:
+    """``(config, {name: array})`` of the drafter with ``num_layers`` layers (≥ the current)."""
+    have = cfg.num_hidden_layers
+    if num_layers < have:
+        raise ValueError(f"cannot grow a {have}-layer drafter to {num_layers} layers "
+                         "(growing only adds layers)")
+    if cfg.layer_types is not None:
+        raise ValueError("growing a drafter with per-layer attention types (layer_types) is "
+                         "not supported: the added layers' types would be a guess")
+    last = f"layers.{have - 1}."
+    donor = {k[len(last):]: v for k, v in flat.items() if k.startswith(last)}
+    if not donor:
+        raise ValueError(f"no parameters named {last}* in the drafter to grow from")
+    out = dict(flat)
+    for i in range(have, num_layers):
+        for name, w in donor.items():
+            w = np.asarray(w)
+            out[f"layers.{i}.{name}"] = np.zeros_like(w) if name in _ZEROED else w.copy()
+    return dataclasses.replace(cfg, num_hidden_layers=num_layers), out
