@@ -126,21 +126,25 @@ def restore_params(path: str, abstract_state):
     return state
 
 
-def _finalize_abandoned_reads(wait_s: float = 5.0):
-    """Finalize the reads a failed orbax restore leaves pending, here and quietly.
+def _finalize_abandoned_reads(wait_s: float = 5.0, quiet_s: float = 0.3):
+    """Let a failed orbax restore wind down here, quietly, before we report the failure.
 
-    After one array fails, orbax abandons a coroutine per remaining array; its worker thread
-    lets go of them a moment later. Left to the garbage collector they would each print a
-    traceback at whatever code runs then (on CPython 3.11 even inside ``compile``, where the
-    re-entry raises ``SystemError``), so wait for them here (at most ``wait_s``).
+    After one array fails, orbax abandons a coroutine per remaining array and its event loop
+    closes while tensorstore may still finish reads (their callbacks then find the loop
+    closed). Left alone, each of these would report an "exception ignored" later, at whatever
+    code runs then (on CPython 3.11 even inside ``compile``, where the re-entry raises
+    ``SystemError``). So: collect the abandoned coroutines and swallow such reports until none
+    is left and none has arrived for ``quiet_s`` (at most ``wait_s``). Reports of other threads
+    in that window are swallowed too; this only runs on the way to raising CheckpointError.
     """
     hook = sys.unraisablehook
-    sys.unraisablehook = lambda _: None
+    last = [time.monotonic()]
+    sys.unraisablehook = lambda _: last.__setitem__(0, time.monotonic())
     try:
         deadline = time.monotonic() + wait_s
-        while True:
+        while time.monotonic() < deadline:
             gc.collect()
-            if not _live_orbax_coroutines() or time.monotonic() > deadline:
+            if not _live_orbax_coroutines() and time.monotonic() - last[0] > quiet_s:
                 return
             time.sleep(0.02)
     finally:
