@@ -27,9 +27,19 @@ demo: $(STAMP)
 
 # One pytest process per test file: compiled programs and loaded models do not pile up in one
 # process over the whole suite (a single ~420-test process once aborted inside an XLA compile).
+# Two files run at a time (an XLA compile uses one core; the machine has two), the longest first;
+# --output-sync prints each file's report whole.
+LONG_TESTS := tests/test_spec_decode.py tests/test_auto_budget.py tests/test_quickstart.py \
+	tests/test_gpu_suite.py tests/test_train.py tests/test_smollm2.py
+TEST_FILES := $(LONG_TESTS) $(filter-out $(LONG_TESTS),$(sort $(wildcard tests/test_*.py)))
+TEST_JOBS ?= 2
+
 test: $(STAMP)
 	$(VPY) -m ruff check .
-	@set -e; for f in tests/test_*.py; do echo "== $$f"; $(VPY) -m pytest $$f --durations=3; done
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_FILES:%=pytest/%)
+
+pytest/%: $(STAMP)
+	@echo "== $*"; $(VPY) -m pytest $* --durations=3
 
 test-fast: $(STAMP)
 	$(VPY) -m pytest tests -m "not slow"

@@ -25,31 +25,9 @@ import jax.numpy as jnp  # noqa: E402
 
 import dominotree_jax as dj  # noqa: E402
 from convert.drafter import load_drafter  # noqa: E402
-from bench_round_stages import Stages, ar_step, context_tokens  # noqa: E402
+from bench_round_stages import Stages, ar_step, prefilled_context  # noqa: E402
 from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path  # noqa: E402
 from dominotree_jax.bench.timing import interleaved_medians  # noqa: E402
-from dominotree_jax.model.drafter import DrafterContext, bind_drafter  # noqa: E402
-from dominotree_jax.model.target import bind_target, prefill  # noqa: E402
-
-
-def prepared(pair, C: int, S: int):
-    """``(cache, ctx, t0_B, start_B)`` after prefilling ``C`` real tokens."""
-    tcfg, dcfg = pair.target.config, pair.drafter_config
-    ids_BT = jnp.asarray(context_tokens(pair.target, C + 1))[None]
-    taps = tuple(dcfg.target_layer_ids)
-
-    @jax.jit
-    def run(params, ids_BT):
-        target = bind_target(tcfg, params["target"])
-        drafter = bind_drafter(dcfg, params["drafter"])
-        pre, _ = prefill(target, ids_BT, jnp.full((1,), C, jnp.int32), S, taps)
-        ctx = drafter.extend_context(DrafterContext.zeros(dcfg, 1, S), pre.taps,
-                                     jnp.arange(C, dtype=jnp.int32)[None],
-                                     jnp.zeros((1,), jnp.int32), jnp.full((1,), C, jnp.int32))
-        return pre.cache, ctx
-
-    cache, ctx = run(pair.params, ids_BT[:, :C])
-    return cache, ctx, ids_BT[:, C], jnp.full((1,), C, jnp.int32)
 
 
 def main():
@@ -72,7 +50,7 @@ def main():
         pair = dj.Pair(target, dcfg, dparams)
         cfg = pair.config("dominotree", max_new_tokens=64, budget=16, node_topk=8, top_m=64)
         st = Stages(pair, cfg)
-        cache, ctx, t0_B, start_B = prepared(pair, C, S)
+        cache, ctx, t0_B, start_B = prefilled_context(pair, C, S)
         params = pair.params
         if first is None:
             first = (ar_step(pair, pair.config("ar", max_new_tokens=64)), params, cache,

@@ -50,6 +50,31 @@ def context_tokens(tokenizer_target, n: int) -> np.ndarray:
     return np.asarray(ids[:n], np.int32)
 
 
+def prefilled_context(pair, C: int, S: int):
+    """``(cache, ctx, t0_B, start_B)`` for one row after prefilling ``C`` real tokens.
+
+    The target's cache has ``S`` slots; the drafter context holds the taps of those ``C`` tokens;
+    ``t0_B`` is token ``C`` (the next round's root) and ``start_B`` its position.
+    """
+    tcfg, dcfg = pair.target.config, pair.drafter_config
+    ids_BT = jnp.asarray(context_tokens(pair.target, C + 1))[None]
+    taps = tuple(dcfg.target_layer_ids)
+
+    @jax.jit
+    def run(params, ids_BT):
+        C_B = jnp.full((1,), C, jnp.int32)
+        target = bind_target(tcfg, params["target"])
+        drafter = bind_drafter(dcfg, params["drafter"])
+        pre, _ = prefill(target, ids_BT, C_B, S, taps)
+        ctx = drafter.extend_context(DrafterContext.zeros(dcfg, 1, S), pre.taps,
+                                     jnp.arange(C, dtype=jnp.int32)[None],
+                                     jnp.zeros((1,), jnp.int32), C_B)
+        return pre.cache, ctx
+
+    cache, ctx = run(pair.params, ids_BT[:, :C])
+    return cache, ctx, ids_BT[:, C], jnp.full((1,), C, jnp.int32)
+
+
 class Stages:
     """The jitted stages of one method's round (batch 1, fixed ``start``)."""
 
@@ -136,29 +161,12 @@ def main():
     pair, _, drafter_name = load_models(None, args.drafter)
     params = pair.params
     methods = usable_methods(tuple(args.methods.split(",")), pair.drafter_config)
-    tcfg, dcfg = pair.target.config, pair.drafter_config
     kw = dict(max_new_tokens=64, budget=args.budget, node_topk=args.node_topk, top_m=args.top_m)
     configs = {m: pair.config(m, **kw) for m in ("ar",) + methods}
     C = args.context
     S = C + max(c.num_draft_nodes for c in configs.values()) + 1 + 64
 
-    # committed context: prefill C real tokens, taps → drafter context
-    ids_BT = jnp.asarray(context_tokens(pair.target, C + 1))[None]
-    taps = tuple(dcfg.target_layer_ids)
-    pos_BT = jnp.arange(C, dtype=jnp.int32)[None]
-    zero_B = jnp.zeros((1,), jnp.int32)
-
-    @jax.jit
-    def prefill_context(params, ids_BT):
-        target = bind_target(tcfg, params["target"])
-        drafter = bind_drafter(dcfg, params["drafter"])
-        pre, _ = prefill(target, ids_BT, jnp.full((1,), C, jnp.int32), S, taps)
-        ctx = drafter.extend_context(DrafterContext.zeros(dcfg, 1, S), pre.taps, pos_BT, zero_B,
-                                     jnp.full((1,), C, jnp.int32))
-        return pre.cache, ctx
-
-    cache0, ctx0 = prefill_context(params, ids_BT[:, :C])
-    t0_B, start_B = ids_BT[:, C], jnp.full((1,), C, jnp.int32)
+    cache0, ctx0, t0_B, start_B = prefilled_context(pair, C, S)
     copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731  (fresh buffers to donate)
 
     print(f"SmolLM2-135M target, drafter: {drafter_name}; context {C} tokens, cache {S} slots; "

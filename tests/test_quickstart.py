@@ -25,8 +25,9 @@ def _text(outputs) -> str:
 
 @pytest.mark.slow
 def test_quickstart_notebook_executes():
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    why = "nbformat and nbclient come with the test extra (pip install -e '.[test]')"
+    nbformat = pytest.importorskip("nbformat", reason=why)
+    nbclient = pytest.importorskip("nbclient", reason=why)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbformat.validate(nb)
     # the kernel inherits this environment (JAX_PLATFORMS=cpu from conftest) and interpreter

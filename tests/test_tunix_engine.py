@@ -90,7 +90,7 @@ def test_greedy_equals_plain_autoregressive_decode(pair, eng):
 
 
 def test_greedy_equals_tunix_sampler(pair, eng):
-    pytest.importorskip("tunix")
+    pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
     from tunix.generate import sampler as tunix_sampler
     tcfg = pair[0]
     probe = eng.generate(PROMPTS, rcfg())
