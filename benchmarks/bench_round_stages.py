@@ -59,10 +59,10 @@ def prefilled_context(pair, C: int, S: int):
     tcfg, dcfg = pair.target.config, pair.drafter_config
     ids_BT = jnp.asarray(context_tokens(pair.target, C + 1))[None]
     taps = tuple(dcfg.target_layer_ids)
+    C_B = jnp.full((1,), C, jnp.int32)
 
     @jax.jit
-    def run(params, ids_BT):
-        C_B = jnp.full((1,), C, jnp.int32)
+    def run(params, ids_BT, C_B):
         target = bind_target(tcfg, params["target"])
         drafter = bind_drafter(dcfg, params["drafter"])
         pre, _ = prefill(target, ids_BT, C_B, S, taps)
@@ -71,8 +71,8 @@ def prefilled_context(pair, C: int, S: int):
                                      jnp.zeros((1,), jnp.int32), C_B)
         return pre.cache, ctx
 
-    cache, ctx = run(pair.params, ids_BT[:, :C])
-    return cache, ctx, ids_BT[:, C], jnp.full((1,), C, jnp.int32)
+    cache, ctx = run(pair.params, ids_BT[:, :C], C_B)
+    return cache, ctx, ids_BT[:, C], C_B
 
 
 class Stages:

@@ -236,3 +236,18 @@ def test_grown_drafter_starts_as_the_original(setup):
         grow_layers(cfg3, flat3, 2)
     a.close()
     g.close()
+
+
+def test_heldout_plot_shifts_a_continued_run(tmp_path):
+    from dominotree_jax.train import report
+    assert report._run_and_offset("runs/v3@477000") == ("runs/v3", 477000)
+    assert report._run_and_offset("runs/v2") == ("runs/v2", 0)
+    with pytest.raises(ValueError, match="count of labels"):
+        report._run_and_offset("runs/v3@lots")
+    for name, labels in (("v2", (0, 100)), ("v3", (0, 50))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "heldout_curve.jsonl").write_text("".join(
+            f'{{"labels_seen": {n}, "tau_corr": 2.0, "corr_loss": 3.0}}\n' for n in labels))
+    png = tmp_path / "curves.png"
+    report.plot_heldout([str(tmp_path / "v2"), f"{tmp_path / 'v3'}@100"], str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

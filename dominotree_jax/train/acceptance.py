@@ -33,6 +33,9 @@ def parse_args(argv=None):
     p.add_argument("--heldout-pct", type=int, default=5)
     p.add_argument("--heldout-shards", type=int, default=None)
     p.add_argument("--heldout-seqs", type=int, default=64)
+    p.add_argument("--heldout-features", default=None,
+                   help="feature cache of the held-out data (default: CACHE/features_heldout); "
+                        "pass the training run's cache, e.g. runs/features/smollm2, to reuse it")
     p.add_argument("--anchors", type=int, default=24, help="blocks per sequence")
     p.add_argument("--cache", default="runs/acceptance")
     p.add_argument("--json", default=None)
@@ -93,8 +96,8 @@ def main(argv=None):
         print(name, json.dumps(results["sets"][name]), flush=True)
     if args.heldout_data:
         store = ShardStore(args.heldout_data, vocab_size=target.config.vocab_size)
-        hcache = FeatureCache(os.path.join(args.cache, "features_heldout"), target.config,
-                              target.params, taps)
+        hcache = FeatureCache(args.heldout_features or os.path.join(args.cache, "features_heldout"),
+                              target.config, target.params, taps)
         ds = SequenceDataset(store, hcache, seq_len=320, max_shards=args.heldout_shards)
         _, held = ds.split(args.heldout_pct)
         held = held[:args.heldout_seqs]

@@ -3,7 +3,8 @@
 ``python -m dominotree_jax.train.report RUN_DIR PNG``: one run's training curves.
 ``python -m dominotree_jax.train.report --heldout PNG RUN_DIR [RUN_DIR ...]``: the held-out
 curves (``heldout_curve.jsonl``: chain τ and cross-entropy against training labels seen) of
-several runs in one figure, labelled by run directory name.
+several runs in one figure, labelled by run directory name. ``RUN_DIR@N`` shifts a run's curve by
+``N`` labels: a warm-started run continues the curve of the run it started from.
 """
 
 from __future__ import annotations
@@ -25,10 +26,16 @@ def _smooth(x, k=25):
     return np.concatenate([x[:k - 1] * 0 + out[0], out])
 
 
-def plot(run_dir: str, png: str) -> None:
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (imported on demand: only plotting needs it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def plot(run_dir: str, png: str) -> None:
+    plt = _pyplot()
     with open(f"{run_dir}/train_log.csv") as f:
         rows = list(csv.DictReader(f))
     col = {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
@@ -58,16 +65,27 @@ def plot(run_dir: str, png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
+def _run_and_offset(spec: str) -> tuple[str, int]:
+    """``"runs/x@477000"`` -> ``("runs/x", 477000)``; a plain directory has offset 0."""
+    run, sep, offset = spec.rpartition("@")
+    if not sep:
+        return spec, 0
+    if not offset.isdigit():
+        raise ValueError(f"{spec!r}: the part after '@' must be a count of labels, got {offset!r}")
+    return run, int(offset)
+
+
 def plot_heldout(run_dirs: list[str], png: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for run in run_dirs:
+    for spec in run_dirs:
+        run, offset = _run_and_offset(spec)
         with open(os.path.join(run, "heldout_curve.jsonl")) as f:
             pts = [json.loads(line) for line in f if line.strip()]
-        labels = [p["labels_seen"] / 1e3 for p in pts]
+        labels = [(offset + p["labels_seen"]) / 1e3 for p in pts]
         name = os.path.basename(os.path.normpath(run))
+        if offset:
+            name += f" (from {offset / 1e3:.0f}k)"
         a1.plot(labels, [p["tau_corr"] for p in pts], "o-", label=name)
         a2.plot(labels, [p["corr_loss"] for p in pts], "o-", label=name)
     a1.set_ylabel("held-out chain τ (corrected head, teacher-forced)")
