@@ -251,3 +251,10 @@ def test_heldout_plot_shifts_a_continued_run(tmp_path):
     png = tmp_path / "curves.png"
     report.plot_heldout([str(tmp_path / "v2"), f"{tmp_path / 'v3'}@100"], str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_feature_cache_root_is_shared_by_data_set_name():
+    from dominotree_jax.train.features import cache_root
+    want = os.path.join("runs/features", "smollm2")
+    assert cache_root("runs/features", "data/smollm2/") == want
+    assert cache_root("runs/features", "data/smollm2") == want

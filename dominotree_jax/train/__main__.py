@@ -153,11 +153,10 @@ def warm_start(run: dict, target_cfg):
 
 def dataset(args, run, target, dcfg):
     from dominotree_jax.train.dataset import SequenceDataset
-    from dominotree_jax.train.features import FeatureCache
+    from dominotree_jax.train.features import FeatureCache, cache_root
     from dominotree_jax.train.shards import ShardStore
     store = ShardStore(run["data"], vocab_size=target.config.vocab_size)
-    root = os.path.join(args.features, os.path.basename(os.path.normpath(run["data"])))
-    feats = FeatureCache(root, target.config, target.params,
+    feats = FeatureCache(cache_root(args.features, run["data"]), target.config, target.params,
                          dcfg.target_layer_ids, log=lambda m: _log(args.out, m))
     return SequenceDataset(store, feats, run["seq_len"], max_shards=run["shards"])
 

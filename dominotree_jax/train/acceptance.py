@@ -33,9 +33,8 @@ def parse_args(argv=None):
     p.add_argument("--heldout-pct", type=int, default=5)
     p.add_argument("--heldout-shards", type=int, default=None)
     p.add_argument("--heldout-seqs", type=int, default=64)
-    p.add_argument("--heldout-features", default=None,
-                   help="feature cache of the held-out data (default: CACHE/features_heldout); "
-                        "pass the training run's cache, e.g. runs/features/smollm2, to reuse it")
+    p.add_argument("--features", default="runs/features",
+                   help="feature cache shared with training (the held-out data's features)")
     p.add_argument("--anchors", type=int, default=24, help="blocks per sequence")
     p.add_argument("--cache", default="runs/acceptance")
     p.add_argument("--json", default=None)
@@ -72,7 +71,7 @@ def main(argv=None):
     from convert.drafter import load_drafter
     from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path
     from dominotree_jax.train.dataset import SequenceDataset
-    from dominotree_jax.train.features import FeatureCache
+    from dominotree_jax.train.features import FeatureCache, cache_root
     from dominotree_jax.train.shards import ShardStore
     target = dj.load_target(smollm2_gguf_path())
     drafters = {}
@@ -96,8 +95,8 @@ def main(argv=None):
         print(name, json.dumps(results["sets"][name]), flush=True)
     if args.heldout_data:
         store = ShardStore(args.heldout_data, vocab_size=target.config.vocab_size)
-        hcache = FeatureCache(args.heldout_features or os.path.join(args.cache, "features_heldout"),
-                              target.config, target.params, taps)
+        hcache = FeatureCache(cache_root(args.features, args.heldout_data), target.config,
+                              target.params, taps)
         ds = SequenceDataset(store, hcache, seq_len=320, max_shards=args.heldout_shards)
         _, held = ds.split(args.heldout_pct)
         held = held[:args.heldout_seqs]

@@ -57,6 +57,14 @@ def sequence_features(tcfg: TargetConfig, tparams, rows: list[np.ndarray], taps:
     return out  # type: ignore[return-value]
 
 
+def cache_root(features_dir: str, data_dir: str) -> str:
+    """Where one data directory's features live: ``<features_dir>/<data_dir's name>``.
+
+    Training and the acceptance tool share it, so features are computed once per data set.
+    """
+    return os.path.join(features_dir, os.path.basename(os.path.normpath(data_dir)))
+
+
 class FeatureCache:
     """Per-shard feature files under ``root``: ``<shard>.npy`` float16 ``[tokens, F + H]``,
     rows concatenated as in the shard. ``get(entry, shard)`` computes a missing file."""

@@ -27,7 +27,7 @@ def _smooth(x, k=25):
 
 
 def _pyplot():
-    """matplotlib's pyplot on the file-only Agg backend (imported on demand: only plotting needs it)."""
+    """matplotlib's pyplot on the file-only Agg backend (imported only when plotting)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
