@@ -38,11 +38,12 @@ test: $(STAMP)
 	$(VPY) -m ruff check .
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_FILES:%=pytest/%)
 
+# -rs: every skip prints its reason
 pytest/%: $(STAMP)
-	@echo "== $*"; $(VPY) -m pytest $* --durations=3
+	@echo "== $*"; $(VPY) -m pytest $* -rs --durations=3
 
 test-fast: $(STAMP)
-	$(VPY) -m pytest tests -m "not slow"
+	$(VPY) -m pytest tests -rs -m "not slow"
 
 bench: $(STAMP)
 	$(VPY) -m dominotree_jax.bench $(ARGS)

@@ -13,19 +13,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-import dominotree_jax as dj  # noqa: E402
-from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path  # noqa: E402
-from dominotree_jax.bench import prompts  # noqa: E402
-from dominotree_jax.decoding.auto_size import CostTable  # noqa: E402
+import dominotree_jax as dj
+from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path
+from dominotree_jax.bench import prompts
+from dominotree_jax.decoding.costs import CostTable
 
 
 def main(argv=None):

@@ -17,20 +17,17 @@ random-init Domino drafter (acceptance ~1 token per round: it measures costs, no
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-import dominotree_jax as dj  # noqa: E402
-from dominotree_jax.assets import smollm2_gguf_path  # noqa: E402
-from dominotree_jax.decoding.auto_size import AutoPolicy  # noqa: E402
-from dominotree_jax.decoding.config import METHODS  # noqa: E402
+import dominotree_jax as dj
+from dominotree_jax.assets import smollm2_gguf_path
+from dominotree_jax.decoding.auto_size import initial_state
+from dominotree_jax.decoding.config import METHODS
 
 SHIPPED_DRAFTER = Path(dj.__file__).parent / "assets" / "smollm2-domino"
 FALLBACK_PROMPTS = [
@@ -86,7 +83,7 @@ def run_method(pair, cfg, ids, size, width):
     fn = jax.jit(dj.decode, static_argnames="config")
     # budget="auto": the policy state is carried from batch to batch (as a server or RL loop
     # would); the first batch starts from the optimistic default
-    state = AutoPolicy(cfg, size).init() if cfg.is_auto else None
+    state = initial_state(cfg, size) if cfg.is_auto else None
     t0 = time.perf_counter()
     compiled = fn.lower(pair.params, jax.ShapeDtypeStruct((size, width), jnp.int32), config=cfg,
                         prompt_lengths=jax.ShapeDtypeStruct((size,), jnp.int32),

@@ -14,20 +14,15 @@ commits ``τ`` tokens.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import jax
+import jax.numpy as jnp
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-
-import dominotree_jax as dj  # noqa: E402
-from convert.drafter import load_drafter  # noqa: E402
-from bench_round_stages import Stages, ar_step, prefilled_context  # noqa: E402
-from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path  # noqa: E402
-from dominotree_jax.bench.timing import interleaved_medians  # noqa: E402
+import dominotree_jax as dj
+from convert.drafter import load_drafter
+from bench_round_stages import Stages, ar_step, prefilled_context
+from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path
+from dominotree_jax.bench.timing import interleaved_medians
 
 
 def main():

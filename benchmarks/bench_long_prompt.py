@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 RESULTS = ROOT / "benchmarks" / "results" / "long_prompt.md"
 WARM_TOKENS = 4   # per-token decode = (decode of 1 + 4 + D tokens - decode of 1 + 4) / D
 QUESTION = "\n\nSummarize the document above in three sentences."

@@ -33,22 +33,19 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-import dominotree_jax as dj  # noqa: E402
-from dominotree_jax.assets import smollm2_gguf_path  # noqa: E402
-from dominotree_jax.decoding.verify import verify  # noqa: E402
-from dominotree_jax.model import layers as L  # noqa: E402
-from dominotree_jax.model.cache import KVCache  # noqa: E402
-from dominotree_jax.model.target import bind_target  # noqa: E402
+import dominotree_jax as dj
+from dominotree_jax.assets import smollm2_gguf_path
+from dominotree_jax.decoding.verify import verify
+from dominotree_jax.model import layers as L
+from dominotree_jax.model.cache import KVCache
+from dominotree_jax.model.target import bind_target
 
 RESULTS = Path(__file__).resolve().parent / "results" / "profile.md"
 CLOCK = {"cpu": time.process_time, "wall": time.perf_counter}

@@ -8,8 +8,9 @@ own jitted function over the real code (``Drafter.draft``, ``decoding.draft.chai
 ``tree_draft``, ``decoding.verify.verify_rows``, ``decoding.accept.accept_walk``,
 ``decoding.commit.keep_rows`` + ``commit``), fed the previous stage's real outputs; caches
 are donated as in the decode loop. Each time is the median
-of ``--repeats`` calls after warm-up. "fused" is the same round as a single jitted function.
-The AR step is the ``ar`` round: a one-row verify plus argmax.
+of ``--repeats`` calls after warm-up. "fused" is the decode loop's own round as one jitted
+function (``decoding.round.fixed_round`` + ``commit_rows``; its verify writes the rows in place).
+The AR step is the same round of the ``ar`` config: a one-row verify, argmax, commit.
 
     JAX_PLATFORMS=cpu python benchmarks/bench_round_stages.py [--repeats 15] [--drafter DIR]
 """
@@ -17,25 +18,23 @@ The AR step is the ``ar`` round: a one-row verify plus argmax.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from dominotree_jax.bench import prompts as prompt_sets  # noqa: E402
-from dominotree_jax.bench.models import load_models, usable_methods  # noqa: E402
-from dominotree_jax.bench.timing import interleaved_medians  # noqa: E402
-from dominotree_jax.decoding import draft as drafting  # noqa: E402
-from dominotree_jax.decoding.accept import accept_walk  # noqa: E402
-from dominotree_jax.decoding.commit import commit as commit_round, keep_rows  # noqa: E402
-from dominotree_jax.decoding.config import CHAIN_METHODS  # noqa: E402
-from dominotree_jax.decoding.verify import verify, verify_rows  # noqa: E402
-from dominotree_jax.model.drafter import DrafterContext, bind_drafter  # noqa: E402
-from dominotree_jax.model.target import bind_target, prefill  # noqa: E402
+from dominotree_jax.bench import prompts as prompt_sets
+from dominotree_jax.bench.models import load_models, usable_methods
+from dominotree_jax.bench.timing import interleaved_medians
+from dominotree_jax.decoding import draft as drafting
+from dominotree_jax.decoding.accept import accept_walk
+from dominotree_jax.decoding.commit import commit as commit_round, keep_rows
+from dominotree_jax.decoding.config import CHAIN_METHODS
+from dominotree_jax.decoding.round import (RoundInput, commit_rows, fixed_round,
+                                           prefill_context)
+from dominotree_jax.decoding.verify import verify_rows
+from dominotree_jax.model.drafter import bind_drafter
+from dominotree_jax.model.target import bind_target
 
 STAGES = ("draft", "build", "verify", "accept", "commit")
 
@@ -63,13 +62,10 @@ def prefilled_context(pair, C: int, S: int):
 
     @jax.jit
     def run(params, ids_BT, C_B):
-        target = bind_target(tcfg, params["target"])
-        drafter = bind_drafter(dcfg, params["drafter"])
-        pre, _ = prefill(target, ids_BT, C_B, S, taps)
-        ctx = drafter.extend_context(DrafterContext.zeros(dcfg, 1, S), pre.taps,
-                                     jnp.arange(C, dtype=jnp.int32)[None],
-                                     jnp.zeros((1,), jnp.int32), C_B)
-        return pre.cache, ctx
+        pre = prefill_context(target=bind_target(tcfg, params["target"]),
+                              drafter=bind_drafter(dcfg, params["drafter"]), prompt_BT=ids_BT,
+                              lengths_B=C_B, max_len=S, tap_layers=taps)
+        return pre.cache, pre.ctx
 
     cache, ctx = run(pair.params, ids_BT[:, :C], C_B)
     return cache, ctx, ids_BT[:, C], C_B
@@ -116,11 +112,8 @@ class Stages:
             return c.cache, c.ctx
 
         def fused(params, cache, ctx, t0_B, start_B):
-            z, base = draft(params, ctx, t0_B, start_B)
-            d = build(params, z, base, t0_B)
-            logits, taps, kv = verify_stage(params, cache, t0_B, start_B, d)
-            acc = accept(logits, d)
-            return commit(params, cache, ctx, d, kv, taps, start_B, acc)
+            c = decode_round(params, cache, ctx, t0_B, start_B, config=config)
+            return c.cache, c.ctx
 
         self.draft = jax.jit(draft)
         self.build = jax.jit(build)
@@ -130,16 +123,26 @@ class Stages:
         self.fused = jax.jit(fused, donate_argnums=(1, 2))
 
 
-def ar_step(pair, config):
-    """The jitted ``ar`` round: one-row verify (cache donated) + argmax."""
-    tcfg = pair.target.config
-    empty = drafting.draft_round(config, None, None, None, jnp.zeros((1,), jnp.int32), None)
+def decode_round(params, cache, ctx, t0_B, start_B, *, config):
+    """The decode loop's round at a fixed size (temperature 0): ``round.fixed_round`` then
+    ``round.commit_rows``; returns the ``Committed`` caches and tokens."""
+    target = bind_target(config.target, params["target"])
+    drafter = drafting.bind_drafter_for(config, params["drafter"])
+    B = start_B.shape[0]
+    inp = RoundInput(cache=cache, ctx=ctx, t0_B=t0_B, start_B=start_B, key=jax.random.key(0))
+    result = fixed_round(inp, size=config.num_draft_nodes, config=config, target=target,
+                         drafter=drafter)
+    out_BO = jnp.zeros((B, config.max_new_tokens + config.max_depth + 1), jnp.int32)
+    return commit_rows(inp, result, out_BO=out_BO, logp_BO=jnp.zeros(out_BO.shape),
+                       n_B=jnp.ones((B,), jnp.int32), done_B=jnp.zeros((B,), bool),
+                       drafter=drafter)
 
+
+def ar_step(pair, config):
+    """The jitted ``ar`` round (``decode_round`` of the ``ar`` config; cache donated)."""
     def step(params, cache, t0_B, start_B):
-        target = bind_target(tcfg, params["target"])
-        logits, _, cache = verify(target, cache, t0_B, start_B, empty.tokens_BN,
-                                  empty.depths_BN, empty.ancestor_BRR, ())
-        return jnp.argmax(logits[:, 0], axis=-1), cache
+        c = decode_round(params, cache, None, t0_B, start_B, config=config)
+        return c.out_BO[:, 1], c.cache
 
     return jax.jit(step, donate_argnums=1)
 

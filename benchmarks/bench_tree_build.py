@@ -11,17 +11,13 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from dominotree_jax.tree import build_tree  # noqa: E402
-from dominotree_jax.tree.reference import build_tree_numpy  # noqa: E402
+from dominotree_jax.tree import build_tree
+from dominotree_jax.tree.reference import build_tree_numpy
 
 SHAPES = dict(V=49152, H=576, K=16, G=256, E=128)
 SETTINGS = [  # (label, static settings)

@@ -55,8 +55,9 @@ from dominotree_jax.decoding.accept import accept_walk  # noqa: E402
 from dominotree_jax.decoding.commit import commit, keep_rows  # noqa: E402
 from dominotree_jax.decoding.config import CHAIN_METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
 from dominotree_jax.decoding.draft import (  # noqa: E402
-    bind_drafter_for, chain_draft, draft_round, tap_layers_for, tree_draft,
+    bind_drafter_for, chain_draft, tap_layers_for, tree_draft,
 )
+from dominotree_jax.decoding.round import RoundInput, commit_rows, fixed_round  # noqa: E402
 from dominotree_jax.decoding.verify import verify_rows  # noqa: E402
 from dominotree_jax.domino_head import expand_split_jnp, split_projection  # noqa: E402
 from dominotree_jax.model.cache import KVCache  # noqa: E402
@@ -370,14 +371,15 @@ def _accept_commit_stage(params, cache, ctx, out_BO, logits_BRV, taps_BRF, kv, d
 
 
 def _round(params, cache, ctx, out_BO, t0_B, start_B, n_B, *, config):
-    """One whole round: draft (block forward + chain/tree) → verify → accept → commit."""
+    """One whole round as decode runs it (``decoding.round.fixed_round`` + ``commit_rows``):
+    draft (block forward + chain/tree) → verify (rows written in place) → accept → commit."""
     target, drafter = _bound(config, params)
-    draft = draft_round(config, target, drafter, ctx, t0_B, start_B)
-    logits_BRV, taps_BRF, kv = verify_rows(target, cache, t0_B, start_B, draft.tokens_BN,
-                                           draft.depths_BN, draft.ancestor_BRR,
-                                           tap_layers_for(config))
-    return _accept_commit_stage(params, cache, ctx, out_BO, logits_BRV, taps_BRF, kv, draft,
-                                t0_B, start_B, n_B, config=config)
+    inp = RoundInput(cache=cache, ctx=ctx, t0_B=t0_B, start_B=start_B, key=jax.random.key(0))
+    result = fixed_round(inp, size=config.num_draft_nodes, config=config, target=target,
+                         drafter=drafter)
+    c = commit_rows(inp, result, out_BO=out_BO, logp_BO=jnp.zeros(out_BO.shape, jnp.float32),
+                    n_B=n_B, done_B=jnp.zeros(t0_B.shape, bool), drafter=drafter)
+    return c.cache, c.ctx, c.out_BO, c.tau_B
 
 
 # jitted once here: equal static settings and shapes share a compiled program across methods

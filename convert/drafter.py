@@ -19,11 +19,12 @@ import numpy as np
 
 from convert.files import checkpoint_names, param_dtype, read_checkpoint_tensors, read_config
 from convert.orbax_io import is_orbax_dir, restore_saved_params, saved_config
-from convert.params import fill_state, state_to_flat
+from convert.params import fill_state
 from convert.safetensors_io import write_safetensors
 from dominotree_jax.config import (ConfigError, DrafterConfig, TargetConfig, check_drafter,
                                    check_pair)
 from dominotree_jax.model.drafter import drafter_graphdef
+from dominotree_jax.model.state import state_to_flat
 
 _SAVE_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 OLD_HEAD_PREFIX = "logit_head."

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from convert.errors import CheckpointError
-from dominotree_jax.model.state import state_from_flat
+from dominotree_jax.model.state import flat_names, state_from_flat
 
-
-def flat_names(state) -> dict[str, tuple]:
-    """``{"layers.0.self_attn.q_proj.weight": shape}`` for every parameter of a state."""
-    out = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(state))[0]:
-        out[".".join(str(getattr(p, "key", p)) for p in path)] = tuple(leaf.shape)
-    return out
+__all__ = ["check_shapes", "fill_state", "flat_names"]
 
 
 def check_shapes(expected: dict[str, tuple], found: dict[str, tuple], source: str) -> None:
@@ -48,8 +40,3 @@ def fill_state(abstract_state, tensors: dict[str, np.ndarray], source: str, dtyp
                                  dtype=dtype)
     return state_from_flat(abstract_state, flat)
 
-
-def state_to_flat(state) -> dict[str, np.ndarray]:
-    """``{dotted.name: np.ndarray}`` of a concrete state (for saving in checkpoint layout)."""
-    return {".".join(str(getattr(p, "key", p)) for p in path): np.asarray(leaf)
-            for path, leaf in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(state))[0]}

@@ -68,7 +68,7 @@ def main(argv=None):
     print("assistant:", tgt.tokenizer.decode(out.tokens[0, :n].tolist(),
                                              skip_special_tokens=True).strip())
     rounds = int(out.num_rounds[0])
-    tau = float(out.accept_lengths[0, :rounds].sum()) / max(rounds, 1)
+    tau = float(out.mean_tau())
     same = bool((out.tokens == ar.tokens).all())
     label = f"{args.method} budget={args.budget}"
     print(f"\n[{label}] {n} tokens in {dt:.2f}s = {n / dt:.1f} tokens/s, "

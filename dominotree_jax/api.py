@@ -16,6 +16,7 @@ from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.target import bind_target, causal_mask
 from dominotree_jax.decoding.decode import decode
 from dominotree_jax.decoding.config import DecodeConfig
+from dominotree_jax.decoding.costs import load_calibrated_costs
 
 
 @dataclasses.dataclass
@@ -136,8 +137,14 @@ class Pair:
         return {"target": self.target.params, "drafter": self.drafter_params}
 
     def config(self, method: str = "dominotree", **kw) -> DecodeConfig:
-        """A ``DecodeConfig`` for this pair (stop ids default to the tokenizer's end tokens)."""
+        """A ``DecodeConfig`` for this pair (stop ids default to the tokenizer's end tokens).
+
+        ``budget="auto"`` without ``auto_costs``: this machine's calibrated cost table is read
+        here (``costs.load_calibrated_costs``; the default cost model when there is none).
+        ``DecodeConfig`` itself never reads a file."""
         kw.setdefault("stop_ids", self.target.eos_ids)
+        if kw.get("budget") == "auto" and method != "ar" and kw.get("auto_costs") is None:
+            kw["auto_costs"] = load_calibrated_costs(self.target.config, self.drafter_config)
         return DecodeConfig(target=self.target.config, drafter=self.drafter_config,
                             method=method, **kw)
 

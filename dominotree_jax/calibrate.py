@@ -12,8 +12,9 @@ context of ``--context`` real tokens, the programs interleaved so load drift hit
 - draft, per method: the drafter's block forward + the chain or tree build (trees at 16 nodes).
 
 The table is written to ``$DOMINOTREE_JAX_COSTS`` or ``~/.cache/dominotree_jax/costs.json``
-under a key of backend, device kind and the two models' shapes; ``DecodeConfig(budget="auto")``
-reads it (``decoding/auto_size.load_costs``). Without it, defaults measured on a 2-core CPU apply.
+under a key of backend, device kind and the two models' shapes. It is read only when asked:
+``decoding.costs.load_calibrated_costs`` (which ``Pair.config(budget="auto")`` calls); a
+``DecodeConfig`` built directly uses the default cost model unless given ``auto_costs``.
 """
 
 from __future__ import annotations
@@ -48,16 +49,21 @@ def context_tokens(target, n: int) -> np.ndarray:
 
 
 class RoundPrograms:
-    """Jitted loops of ``rounds`` rounds at batch ``B`` over one committed context."""
+    """Jitted loops of ``rounds`` rounds at batch ``B`` over one committed context, built from
+    the decode loop's own functions (``decoding/round.py``)."""
 
     def __init__(self, pair, batch: int, context: int, rounds: int, max_rows: int):
-        from dominotree_jax.decoding import draft as drafting
-        from dominotree_jax.model.drafter import DrafterContext, bind_drafter
-        from dominotree_jax.model.target import bind_target, prefill
+        from dominotree_jax.decoding.costs import default_tables
+        from dominotree_jax.decoding.draft import bind_drafter_for, tap_layers_for
+        from dominotree_jax.decoding.round import prefill_context
+        from dominotree_jax.model.target import bind_target
 
         self.pair, self.B, self.rounds = pair, batch, rounds
-        tcfg, dcfg = pair.target.config, pair.drafter_config
-        self.taps = tuple(dcfg.target_layer_ids)
+        # auto mode's verify of r rows is its size r - 1 (a tree config: any size goes)
+        self.auto_config = pair.config("ddtree", budget="auto", node_topk=1, top_m=0,
+                                       auto_sizes=(0, max(max_rows - 1, 1)),
+                                       auto_costs=default_tables())
+        self.ar_config = pair.config("ar")
         S = context + max_rows + 8
         ids = context_tokens(pair.target, context + 1)
         ids_BT = jnp.asarray(np.tile(ids[None], (batch, 1)))
@@ -66,53 +72,50 @@ class RoundPrograms:
         lengths_B = jnp.full((batch,), context, jnp.int32)
         self.chain = jnp.asarray(np.resize(ids, max_rows))  # node tokens (a real-text chain)
 
-        @jax.jit
-        def prefill_context(params, ids_BT, lengths_B):
-            target = bind_target(tcfg, params["target"])
-            drafter = bind_drafter(dcfg, params["drafter"])
-            pre, _ = prefill(target, ids_BT, lengths_B, S, self.taps)
-            pos_BT = jnp.broadcast_to(jnp.arange(context, dtype=jnp.int32), (batch, context))
-            ctx = drafter.extend_context(
-                DrafterContext.zeros(dcfg, batch, dcfg.context_slots(S)), pre.taps, pos_BT,
-                jnp.zeros((batch,), jnp.int32), lengths_B)
-            return pre.cache, ctx
+        def bind(params, config):
+            return (bind_target(config.target, params["target"]),
+                    bind_drafter_for(config, params["drafter"]))
 
-        self.cache, self.ctx = prefill_context(pair.params, ids_BT[:, :context], lengths_B)
-        self._bind = lambda params: (bind_target(tcfg, params["target"]),
-                                     bind_drafter(dcfg, params["drafter"]))
-        self._drafting = drafting
+        @jax.jit
+        def prefill_both(params, ids_BT, lengths_B):
+            target, drafter = bind(params, self.auto_config)
+            pre = prefill_context(target=target, drafter=drafter, prompt_BT=ids_BT,
+                                  lengths_B=lengths_B, max_len=S,
+                                  tap_layers=tap_layers_for(self.auto_config))
+            return pre.cache, pre.ctx
+
+        self.cache, self.ctx = prefill_both(pair.params, ids_BT[:, :context], lengths_B)
+        self._bind = bind
 
     def verify_loop(self, rows: int, plain_ar: bool = False):
-        """``rounds`` × (verify ``rows`` rows, argmax, accept, commit); ``plain_ar``: the ``ar``
-        round (no taps, no drafter context) -- the unit."""
-        from dominotree_jax.decoding.accept import accept_walk
-        from dominotree_jax.decoding.commit import commit, keep_rows
-        from dominotree_jax.decoding.verify import verify_rows
+        """``rounds`` × auto mode's round of ``rows`` verify rows after its draft
+        (``round.sized_round`` + ``commit_rows``, argmax); ``plain_ar``: the ``ar`` round
+        (``round.fixed_round``: no taps, no drafter context) -- the unit."""
+        from dominotree_jax.decoding.draft import draft_from_tree
+        from dominotree_jax.decoding.round import (RoundInput, commit_rows, fixed_round,
+                                                   sized_round)
         from dominotree_jax.tree import chain_tree
 
         n, B = rows - 1, self.B
+        config = self.ar_config if plain_ar else self.auto_config
         tokens_BN = jnp.broadcast_to(self.chain[:n], (B, n))
-        draft = self._drafting.draft_from_tree(chain_tree(tokens_BN, jnp.zeros((B, n))))
-        taps = () if plain_ar else self.taps
+        draft = draft_from_tree(chain_tree(tokens_BN, jnp.zeros((B, n))))
 
         def loop(params, cache, ctx, t0_B, start_B):
-            target, drafter = self._bind(params)
-            drafter = None if plain_ar else drafter
-            out_BO = jnp.zeros((B, rows + 2), jnp.int32)
+            target, drafter = self._bind(params, config)
+            out_BO = jnp.zeros((B, config.max_depth + 3), jnp.int32)
 
             def body(_, carry):
                 cache, ctx, out_BO = carry
-                logits_BRV, taps_BRF, kv = verify_rows(target, cache, t0_B, start_B,
-                                                       draft.tokens_BN, draft.depths_BN,
-                                                       draft.ancestor_BRR, taps)
-                post_BR = jnp.argmax(logits_BRV, axis=-1).astype(jnp.int32)
-                acc = accept_walk(draft.tokens_BN, draft.parents_BN, draft.valid_BN, post_BR, n)
-                kept = keep_rows(draft, acc, kv, taps_BRF, None, acc.rows_BP.shape[1], drafter,
-                                 start_B)
-                c = commit(cache, ctx, drafter, out_BO, out_BO.astype(jnp.float32), kept,
-                           start_B=start_B, n_B=jnp.ones((B,), jnp.int32),
-                           done_B=jnp.zeros((B,), bool))
-                return c.cache, (c.ctx if ctx is not None else None), c.out_BO
+                inp = RoundInput(cache=cache, ctx=ctx, t0_B=t0_B, start_B=start_B,
+                                 key=jax.random.key(0))
+                kw = dict(config=config, target=target, drafter=drafter)
+                result = (fixed_round(inp, size=0, **kw) if plain_ar
+                          else sized_round(inp, draft, num_nodes=n, **kw))
+                c = commit_rows(inp, result, out_BO=out_BO, logp_BO=out_BO.astype(jnp.float32),
+                                n_B=jnp.ones((B,), jnp.int32), done_B=jnp.zeros((B,), bool),
+                                drafter=drafter)
+                return c.cache, c.ctx, c.out_BO
 
             return jax.lax.fori_loop(0, self.rounds, body, (cache, ctx, out_BO))
 
@@ -128,17 +131,15 @@ class RoundPrograms:
         return call
 
     def draft_loop(self, config):
-        """``rounds`` × (drafter block forward + chain/tree build) of ``config.method``."""
-        drafting = self._drafting
-        build = (drafting.chain_draft if config.method in ("dflash", "domino")
-                 else drafting.tree_draft)
+        """``rounds`` × ``draft.draft_round`` of ``config.method`` (drafter block forward +
+        chain/tree build)."""
+        from dominotree_jax.decoding.draft import draft_round
 
         def loop(params, ctx, t0_B, start_B):
-            target, drafter = self._bind(params)
+            target, drafter = self._bind(params, config)
 
             def body(i, acc):
-                z_BJH, base_BJV = drafter.draft(target, ctx, (t0_B + i) % 7, start_B)
-                d = build(config, target, drafter, z_BJH, base_BJV, t0_B)
+                d = draft_round(config, target, drafter, ctx, (t0_B + i) % 7, start_B)
                 return acc + d.tokens_BN.sum() + d.scores_BN.sum()
 
             return jax.lax.fori_loop(0, self.rounds, body, jnp.zeros((), jnp.float32))
@@ -150,7 +151,7 @@ class RoundPrograms:
 
 def calibrate_batch(pair, batch: int, rows: tuple[int, ...], methods, *, context: int,
                     rounds: int, repeats: int, log=print):
-    from dominotree_jax.decoding.auto_size import CostTable
+    from dominotree_jax.decoding.costs import CostTable
 
     progs = RoundPrograms(pair, batch, context, rounds, max(rows))
     fns = {"ar": progs.verify_loop(1, plain_ar=True)}
@@ -191,7 +192,7 @@ def main(argv=None):
         ap.error("--batches, --repeats and --rounds must be positive")
 
     from dominotree_jax.bench.models import load_models, usable_methods
-    from dominotree_jax.decoding import auto_size
+    from dominotree_jax.decoding import costs
 
     pair, target_name, drafter_name = load_models(args.target, args.drafter)
     methods = usable_methods(("dflash", "domino", "ddtree", "dominotree"), pair.drafter_config)
@@ -206,7 +207,7 @@ def main(argv=None):
     if not args.dry_run:
         info = {"target": target_name, "drafter": drafter_name, "context": args.context,
                 "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        path = auto_size.save_costs(pair.target.config, pair.drafter_config, tables,
+        path = costs.save_costs(pair.target.config, pair.drafter_config, tables,
                                     path=args.out, info=info)
         print(f"wrote {path}", file=sys.stderr)
     return tables

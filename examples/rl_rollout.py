@@ -137,7 +137,7 @@ def main(steps: int = 30, lr: float = 3e-3, verbose: bool = True) -> dict:
                                                       out)
         jax.block_until_ready(target)
         t2 = time.perf_counter()
-        tau = float(out.accept_lengths.sum() / jnp.maximum(out.num_rounds.sum(), 1))
+        tau = float(out.mean_tau())
         for name, v in zip(history, (reward, t1 - t0, t2 - t1, gap, tau)):
             history[name].append(float(v))
         if verbose:

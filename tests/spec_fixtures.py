@@ -52,13 +52,13 @@ def scripted_drafter(continuation, wrong: bool = False):
         Drafter.draft = original
 
 
-def first_tokens_chi_square_p(tokens_BX, exact_joint, vocab: int) -> float:
+def first_tokens_chi_square_p(tokens_BY, exact_joint, vocab: int) -> float:
     """Chi-square p-value of the first three tokens of every run against the exact joint
     distribution ``exact_joint [V, V, V]`` (cells expecting < 5 counts pooled into one)."""
     import numpy as np
     from scipy import stats
 
-    toks = np.asarray(tokens_BX)
+    toks = np.asarray(tokens_BY)
     cells = (toks[:, 0] * vocab + toks[:, 1]) * vocab + toks[:, 2]
     observed = np.bincount(cells, minlength=vocab ** 3)
     expected = np.asarray(exact_joint).reshape(-1) * len(toks)

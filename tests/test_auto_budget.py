@@ -13,8 +13,9 @@ import pytest
 from decode_helpers import FAST_XLA, fresh_jit_decode, oracle_table
 from dominotree_jax import DecodeConfig
 from dominotree_jax import decode as decode_fn
-from dominotree_jax.decoding import auto_size
-from dominotree_jax.decoding.auto_size import AutoPolicy, CostTable
+from dominotree_jax.decoding import auto_size, costs
+from dominotree_jax.decoding.auto_size import AutoPolicy
+from dominotree_jax.decoding.costs import CostTable
 from dominotree_jax.decoding.draft import Draft
 from dominotree_jax.model.drafter import Drafter
 from spec_fixtures import first_tokens_chi_square_p, scripted_drafter, tiny_pair
@@ -98,7 +99,7 @@ def test_greedy_identical_to_ar_with_every_size_in_use():
             for b in range(2):
                 r = int(out.num_rounds[b])
                 sizes = np.asarray(out.draft_sizes[b])
-                assert set(sizes[:r].tolist()) <= set(cfg.draft_sizes)
+                assert set(sizes[:r].tolist()) <= set(cfg.size_options)
                 assert (sizes[r:] == -1).all()
                 used |= {(method, s) for s in sizes[:r].tolist()}
             # the batch shares one size per round
@@ -229,16 +230,16 @@ def test_one_trace_per_config():
 
 def test_config_checks_and_sizes():
     tcfg, dcfg, _ = tiny_pair(block_size=8)
-    assert _cfg(tcfg, dcfg, "dflash").draft_sizes == (0, 2, 4, 8)
-    assert _cfg(tcfg, dcfg, "ddtree").draft_sizes == (0, 2, 4, 8, 16)
+    assert _cfg(tcfg, dcfg, "dflash").size_options == (0, 2, 4, 8)
+    assert _cfg(tcfg, dcfg, "ddtree").size_options == (0, 2, 4, 8, 16)
     tree = _cfg(tcfg, dcfg, "ddtree")
     assert tree.num_draft_nodes == 16 and tree.max_depth == 8
-    assert tree.replace(method="domino").draft_sizes == (0, 2, 4, 8)   # sizes follow the method
+    assert tree.replace(method="domino").size_options == (0, 2, 4, 8)   # sizes follow the method
     assert tree.replace(method="ar").num_draft_nodes == 0
     fixed = DecodeConfig(target=tcfg, drafter=dcfg, method="ddtree", budget=6)
-    assert fixed.draft_sizes == (6,) and not fixed.is_auto
+    assert fixed.size_options == (6,) and not fixed.is_auto
     _, d5, _ = tiny_pair(block_size=5)
-    assert _cfg(tcfg, d5, "domino").draft_sizes == (0, 2, 4, 5)
+    assert _cfg(tcfg, d5, "domino").size_options == (0, 2, 4, 5)
     with pytest.raises(ValueError, match="budget must be a positive int or 'auto'"):
         DecodeConfig(target=tcfg, drafter=dcfg, method="ddtree", budget="big")
     with pytest.raises(ValueError, match="auto_sizes must be ascending"):
@@ -257,31 +258,65 @@ def test_cost_table_interpolates_and_the_cost_file_round_trips(tmp_path, monkeyp
     t = CostTable(batch=1, verify=((1, 1.0), (5, 1.4), (17, 2.6)))
     assert t.verify_cost(1) == 1.0 and abs(t.verify_cost(3) - 1.2) < 1e-9
     assert abs(t.verify_cost(9) - 1.8) < 1e-9 and abs(t.verify_cost(33) - 4.2) < 1e-9
-    assert t.draft_cost("ddtree") == dict(auto_size.DEFAULT_DRAFT)["ddtree"]   # batch 1
+    assert t.draft_cost("ddtree") == dict(costs.DEFAULT_DRAFT)["ddtree"]   # batch 1
     with pytest.raises(ValueError, match="must start at 1"):
         CostTable(verify=((2, 1.0), (4, 2.0)))
     with pytest.raises(ValueError, match="bad entries"):
         CostTable(verify=((1, 1.0), (4, -2.0)))
     tcfg, dcfg, _ = tiny_pair()
     path = str(tmp_path / "costs.json")
-    monkeypatch.setenv(auto_size.COSTS_ENV, path)
+    monkeypatch.setenv(costs.COSTS_ENV, path)
     with pytest.raises(ValueError, match="no such cost file"):
-        auto_size.load_costs(tcfg, dcfg)
+        costs.load_calibrated_costs(tcfg, dcfg)
     tables = (CostTable(batch=1, verify=((1, 1.0), (9, 1.9)), draft=(("ddtree", 0.3),)),
               CostTable(batch=16, verify=((1, 1.0), (9, 5.0)), draft=(("ddtree", 0.2),)))
-    assert auto_size.save_costs(tcfg, dcfg, tables) == path
-    got = auto_size.load_costs(tcfg, dcfg)
+    assert costs.save_costs(tcfg, dcfg, tables) == path
+    got = costs.load_calibrated_costs(tcfg, dcfg)
     assert [(g.batch, g.verify, g.draft) for g in got] == [(x.batch, x.verify, x.draft)
                                                            for x in tables]
-    assert _cfg(tcfg, dcfg, "ddtree", auto_costs=None).auto_costs == got
-    assert auto_size.table_for_batch(got, 2).batch == 1
-    assert auto_size.table_for_batch(got, 8).batch == 16
+    # a config never reads the file: the default model unless the tables are passed
+    assert _cfg(tcfg, dcfg, "ddtree", auto_costs=None).auto_costs == costs.default_tables()
+    assert _cfg(tcfg, dcfg, "ddtree", auto_costs=got).auto_costs == got
+    assert costs.table_for_batch(got, 2).batch == 1
+    assert costs.table_for_batch(got, 8).batch == 16
     _, other, _ = tiny_pair(block_size=6)   # another drafter: not calibrated, defaults
-    assert auto_size.load_costs(tcfg, other) == auto_size.default_tables()
+    assert costs.load_calibrated_costs(tcfg, other) == costs.default_tables()
     with open(path, "w") as f:
         json.dump({"something": "else"}, f)
     with pytest.raises(ValueError, match="not a version-1 cost file"):
-        auto_size.load_costs(tcfg, dcfg)
+        costs.load_calibrated_costs(tcfg, dcfg)
+
+
+def test_an_auto_config_reads_no_file_and_queries_no_device(tmp_path, monkeypatch):
+    tcfg, dcfg, _ = tiny_pair()
+    monkeypatch.setenv(costs.COSTS_ENV, str(tmp_path / "missing.json"))
+
+    def no_devices(*a, **k):
+        raise AssertionError("DecodeConfig queried the devices")
+
+    monkeypatch.setattr(jax, "devices", no_devices)
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="ddtree", budget="auto")
+    assert cfg.auto_costs == costs.default_tables()
+    assert hash(cfg) == hash(DecodeConfig(target=tcfg, drafter=dcfg, method="ddtree",
+                                          budget="auto"))
+    # the explicit load names the missing file it was told to read
+    monkeypatch.undo()
+    monkeypatch.setenv(costs.COSTS_ENV, str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="no such cost file"):
+        costs.load_calibrated_costs(tcfg, dcfg)
+
+
+def test_initial_state_is_the_optimistic_start_or_the_carried_one():
+    tcfg, dcfg, _ = tiny_pair()
+    cfg = _cfg(tcfg, dcfg, "ddtree")
+    st = auto_size.initial_state(cfg, 2)
+    policy = AutoPolicy(cfg, 2)
+    assert float(st.rate) == pytest.approx(auto_size.RATE_START * policy.ar_rate)
+    assert int(st.gap) == policy.probe_every and int(st.since) == 0
+    carried = st._replace(since=jnp.int32(3))
+    assert int(auto_size.initial_state(cfg, 2, carried).since) == 3
+    with pytest.raises(ValueError, match="auto_state must be a DecodeOutput.auto_state"):
+        auto_size.initial_state(cfg, 2, (1.0, 1.0, 1.0, 0, 8))
 
 
 def test_size_choice_follows_expected_tokens_per_cost():
@@ -316,9 +351,9 @@ def test_size_choice_follows_expected_tokens_per_cost():
 
 
 def test_default_costs_grow_with_the_batch_and_large_batches_never_draft():
-    tables = auto_size.default_tables()
+    tables = costs.default_tables()
     assert tables[0] == CostTable() and [t.batch for t in tables] == list(
-        auto_size.DEFAULT_BATCHES)
+        costs.DEFAULT_BATCHES)
     v17 = [t.verify_cost(17) for t in tables]
     d = [t.draft_cost("dominotree") for t in tables]
     assert all(a < b for a, b in zip(v17, v17[1:])) and all(a < b for a, b in zip(d, d[1:]))
@@ -343,10 +378,11 @@ def test_calibration_measures_a_usable_table(tmp_path, monkeypatch):
     assert [r for r, _ in table.verify] == [1, 3, 5] and table.source == "calibrated"
     assert all(c > 0 for _, c in table.verify) and {m for m, _ in table.draft} == {
         "dflash", "dominotree"}
-    monkeypatch.setenv(auto_size.COSTS_ENV, str(tmp_path / "costs.json"))
-    auto_size.save_costs(tcfg, dcfg, (table,))
-    (got,) = _cfg(tcfg, dcfg, "dflash", auto_costs=None).auto_costs
+    monkeypatch.setenv(costs.COSTS_ENV, str(tmp_path / "costs.json"))
+    costs.save_costs(tcfg, dcfg, (table,))
+    (got,) = pair.config("dflash", budget="auto").auto_costs   # Pair.config loads the file
     assert (got.verify, got.draft) == (table.verify, table.draft)
+    assert _cfg(tcfg, dcfg, "dflash", auto_costs=None).auto_costs == costs.default_tables()
 
 
 def _cache_copies(params, cfg, B, T):

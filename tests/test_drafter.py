@@ -16,7 +16,8 @@ import pytest
 
 from convert.drafter import load_drafter, save_drafter
 from convert.errors import CheckpointError
-from convert.params import fill_state, flat_names, state_to_flat
+from convert.params import fill_state, flat_names
+from dominotree_jax.model.state import state_to_flat
 from convert.safetensors_io import read_safetensors, write_safetensors
 from dominotree_jax.config import (ConfigError, DrafterConfig, TargetConfig, check_pair,
                                    default_tap_layers)

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dominotree_jax.decoding.auto_size import AutoPolicy
+from dominotree_jax.decoding.auto_size import initial_state
 from dominotree_jax.decoding.decode import decode
 from dominotree_jax.decoding.config import METHODS
 
@@ -125,7 +125,7 @@ class CompiledDecoders:
         t0 = time.perf_counter()
         state = None
         if config.is_auto:
-            state = AutoPolicy(config, 1).init()
+            state = initial_state(config, 1)
         fn = self._jit.lower(
             self.params, jax.ShapeDtypeStruct((1, width), jnp.int32), config=config,
             key=jax.random.key(0), prompt_lengths=jax.ShapeDtypeStruct((1,), jnp.int32),
@@ -141,7 +141,7 @@ class CompiledDecoders:
         cache_key = (config, prompt_1W.shape[1])
         state = None
         if config.is_auto:
-            state = self.auto_states.get(config) or AutoPolicy(config, 1).init()
+            state = self.auto_states.get(config) or initial_state(config, 1)
         fn = self._cache.get(cache_key)
         if fn is None:
             fn = self._cache[cache_key] = self._compile(*cache_key)

@@ -7,17 +7,20 @@ always takes ``max_depth`` steps and stops moving once no child matches.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
+    from jaxtyping import Array, Int
+
 
 class Accepted(NamedTuple):
-    rows_BP: jax.Array      # [B, P] verify rows of the root + accepted path (P = max_depth + 1;
-    #                         padded by repeating the last)
-    num_nodes_B: jax.Array  # [B] accepted draft nodes (tau = num_nodes + 1)
-    bonus_B: jax.Array    # [B] the target's token after the last accepted row
+    # verify rows of the root + accepted path (P = max_depth + 1; padded by repeating the last)
+    rows_BP: Int[Array, "B P"]
+    num_nodes_B: Int[Array, " B"]  # accepted draft nodes (tau = num_nodes + 1)
+    bonus_B: Int[Array, " B"]      # the target's token after the last accepted row
 
 
 def accept_walk(tokens_BN, parents_BN, valid_BN, post_BR, max_depth: int) -> Accepted:

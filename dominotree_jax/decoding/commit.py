@@ -12,14 +12,17 @@ would make XLA copy it whole every round.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 from dominotree_jax.decoding.accept import Accepted
 from dominotree_jax.decoding.draft import Draft
 from dominotree_jax.model.cache import KVCache, gather_rows, write_layer
+from dominotree_jax.model.drafter import DrafterContext
+
+if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
+    from jaxtyping import Array, Float, Int
 
 PAD = -1  # token value after ``num_tokens``
 
@@ -27,21 +30,22 @@ PAD = -1  # token value after ``num_tokens``
 class RoundRows(NamedTuple):
     """What one round keeps, in ``P`` path slots (root first; slots past the accepted path repeat
     its last row and are never visible)."""
-    kv: KVCache             # the kept rows' K/V, per layer [B, P, K, D]
-    taps_BPF: jax.Array     # their tapped target features [B, P, F]
-    new_BP: jax.Array       # [B, P] tokens to append: accepted node tokens, then the bonus; PAD
-    logp_BP: jax.Array      # [B, P] float32 their log-probs (zeros without log-probs)
-    num_nodes_B: jax.Array  # [B] accepted draft nodes (the round commits num_nodes + 1 tokens)
-    ctx_kv: tuple | None = None  # the drafter-context K/V of the kept rows, (k, v) per drafter
-    #                              layer [B, P, K', D'] (None without a drafter)
+    kv: KVCache             # the kept rows' K/V, per layer [B, P, K, D] (its S is P)
+    taps_BPF: Float[Array, "B P F"]  # their tapped target features
+    new_BP: Int[Array, "B P"]        # tokens to append: accepted node tokens, then the bonus; PAD
+    logp_BP: Float[Array, "B P"]     # their log-probs (zeros without log-probs)
+    num_nodes_B: Int[Array, " B"]    # accepted draft nodes (the round commits num_nodes + 1)
+    # the drafter-context K/V of the kept rows, (k, v) per drafter layer [B, P, K', D'] (the
+    # drafter's own heads; None without a drafter)
+    ctx_kv: tuple | None = None
 
 
 class Committed(NamedTuple):
     cache: KVCache
-    ctx: object             # the drafter context (None for ``ar``)
-    out_BO: jax.Array       # [B, O] tokens, the new ones written at n .. n + tau - 1
-    logp_BO: jax.Array      # [B, O] float32 log-probs at the same slots
-    tau_B: jax.Array        # [B] tokens this round adds (accepted nodes + the bonus)
+    ctx: DrafterContext | None   # the drafter context (None for ``ar``)
+    out_BO: Int[Array, "B O"]    # tokens, the new ones written at n .. n + tau - 1
+    logp_BO: Float[Array, "B O"]  # float32 log-probs at the same slots
+    tau_B: Int[Array, " B"]      # tokens this round adds (accepted nodes + the bonus)
 
 
 def new_tokens(draft: Draft, acc: Accepted):
@@ -82,10 +86,18 @@ def keep_rows(draft: Draft, acc: Accepted, rows: KVCache, taps_BRF, path_logprob
         ctx_kv = tuple((pad(k, mode="edge"), pad(v, mode="edge"))
                        for k, v in zip(k_rows, v_rows))
     rows_BP = pad(acc.rows_BP, mode="edge")
-    return RoundRows(KVCache(tuple(gather_rows(k, rows_BP) for k in rows.k),
-                             tuple(gather_rows(v, rows_BP) for v in rows.v)),
-                     gather_rows(taps_BRF, rows_BP), pad(new_BP, constant_values=PAD),
-                     pad(logp_BP), acc.num_nodes_B, ctx_kv)
+    return RoundRows(kv=KVCache(k=tuple(gather_rows(k, rows_BP) for k in rows.k),
+                                v=tuple(gather_rows(v, rows_BP) for v in rows.v)),
+                     taps_BPF=gather_rows(taps_BRF, rows_BP),
+                     new_BP=pad(new_BP, constant_values=PAD), logp_BP=pad(logp_BP),
+                     num_nodes_B=acc.num_nodes_B, ctx_kv=ctx_kv)
+
+
+def write_kept(cache: KVCache, kept: RoundRows, start_B) -> KVCache:
+    """The target cache with the kept rows' K/V written at slots ``start .. start + P - 1``
+    (the accepted path first; the padding slots past it are never visible)."""
+    return KVCache(k=tuple(write_layer(c, r, start_B) for c, r in zip(cache.k, kept.kv.k)),
+                   v=tuple(write_layer(c, r, start_B) for c, r in zip(cache.v, kept.kv.v)))
 
 
 def commit(cache: KVCache, ctx, drafter, out_BO, logp_BO, kept: RoundRows, *, start_B, n_B,
@@ -96,8 +108,7 @@ def commit(cache: KVCache, ctx, drafter, out_BO, logp_BO, kept: RoundRows, *, st
     and the accepted rows are ``0 .. a`` (``ar``, chains), so the cache is left as it is (writing
     the same rows again, unordered with the attention reads, would make XLA copy the cache)."""
     if not in_place:
-        cache = KVCache(tuple(write_layer(c, r, start_B) for c, r in zip(cache.k, kept.kv.k)),
-                        tuple(write_layer(c, r, start_B) for c, r in zip(cache.v, kept.kv.v)))
+        cache = write_kept(cache, kept, start_B)
     P = kept.new_BP.shape[1]
     if drafter is not None:
         if kept.ctx_kv is None:
@@ -112,4 +123,5 @@ def commit(cache: KVCache, ctx, drafter, out_BO, logp_BO, kept: RoundRows, *, st
     slot_BP = jnp.where(keep_BP, n_B[:, None] + j_P[None], O)  # O: dropped
     out_BO = out_BO.at[rows_B1, slot_BP].set(kept.new_BP, mode="drop")
     logp_BO = logp_BO.at[rows_B1, slot_BP].set(kept.logp_BP, mode="drop")
-    return Committed(cache, ctx, out_BO, logp_BO, kept.num_nodes_B + 1)
+    return Committed(cache=cache, ctx=ctx, out_BO=out_BO, logp_BO=logp_BO,
+                     tau_B=kept.num_nodes_B + 1)

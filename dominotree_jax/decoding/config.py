@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.decoding import auto_size
+from dominotree_jax.decoding import auto_size, costs as round_costs
 from dominotree_jax.sampling import validate_sampling
 from dominotree_jax.tree.builder import TREE_METHODS, check_settings
 
@@ -44,9 +44,11 @@ class DecodeConfig:
     # a W-slot ring); None: the drafter's own (released sliding_window, else everything).
     # Copied into ``drafter.draft_window``, which is what the drafter reads.
     draft_window: int | None = None
-    # budget="auto" only: the static sizes (draft nodes; 0 = a plain AR step; None = trees
-    # 0, 2, 4, 8, 16, chains 0, 2, 4, ..., J), the round costs (``CostTable``s; None = the
-    # calibrated file, see ``auto_size.load_costs``) and the base probe interval in rounds
+    # budget="auto" only: the static sizes a round may verify (draft nodes; 0 = a plain AR
+    # step; None = trees 0, 2, 4, 8, 16, chains 0, 2, 4, ..., J; read ``size_options``), the
+    # round costs (``CostTable``s; None = the default cost model ``costs.default_tables()``;
+    # a config never reads a file: pass ``costs.load_calibrated_costs(...)`` for this machine's
+    # table, as ``Pair.config`` does) and the base probe interval in rounds
     auto_sizes: tuple[int, ...] | None = None
     auto_costs: Any = None
     auto_probe_every: int = 8
@@ -97,21 +99,22 @@ class DecodeConfig:
                              f"{self.auto_probe_every!r}")
         if self.auto_sizes is not None:
             object.__setattr__(self, "auto_sizes", tuple(self.auto_sizes))
-        auto_size.check_sizes(self.draft_sizes, self.method, self.drafter.num_draft_positions)
+        auto_size.check_sizes(self.size_options, self.method, self.drafter.num_draft_positions)
         costs = self.auto_costs
         if costs is None:
-            costs = auto_size.load_costs(self.target, self.drafter)
-        elif isinstance(costs, auto_size.CostTable):
+            costs = round_costs.default_tables()
+        elif isinstance(costs, round_costs.CostTable):
             costs = (costs,)
         costs = tuple(costs)
-        if not costs or not all(isinstance(c, auto_size.CostTable) for c in costs):
+        if not costs or not all(isinstance(c, round_costs.CostTable) for c in costs):
             raise ValueError(f"auto_costs must be a CostTable or a tuple of them, got {costs!r}")
         object.__setattr__(self, "auto_costs", costs)
 
     @property
-    def draft_sizes(self) -> tuple[int, ...]:
-        """The sizes a round may verify: ``auto_sizes`` (or their default) in auto mode, else
-        the one fixed size."""
+    def size_options(self) -> tuple[int, ...]:
+        """The draft sizes a round may verify: ``auto_sizes`` (or their default) in auto mode,
+        else the one fixed size. (``DecodeOutput.draft_sizes`` is the size each round did
+        verify.)"""
         if not self.is_auto:
             return (self.num_draft_nodes,)
         if self.auto_sizes is not None:
@@ -132,7 +135,7 @@ class DecodeConfig:
         if self.method == "ar":
             return 0
         if self.is_auto:
-            return self.draft_sizes[-1]
+            return self.size_options[-1]
         if self.method in CHAIN_METHODS:
             return self.drafter.num_draft_positions
         return self.budget

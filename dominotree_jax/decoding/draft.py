@@ -8,7 +8,7 @@ its outputs; benchmarks call those two directly to time the stages apart.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,17 +18,20 @@ from dominotree_jax.domino_head import dflash_chain, domino_chain
 from dominotree_jax.model.drafter import bind_drafter
 from dominotree_jax.tree import Tree, build_tree_from_head, chain_tree, tree_attention
 
+if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
+    from jaxtyping import Array, Bool, Float, Int
+
 
 class Draft(NamedTuple):
     """One round's draft for every batch row, in pop order (parents before children)."""
-    tokens_BN: jax.Array     # [B, N] int32
-    parents_BN: jax.Array    # [B, N] int32, -1 = child of the root
-    depths_BN: jax.Array     # [B, N] int32 (-1 for invalid nodes)
-    valid_BN: jax.Array      # [B, N] bool
-    ancestor_BRR: jax.Array  # [B, R, R] bool: verify row i sees row j (R = 1 + N)
-    # [B, N] float32 the drafter's cumulative path log-prob of each node (-inf if invalid);
+    tokens_BN: Int[Array, "B N"]
+    parents_BN: Int[Array, "B N"]      # -1 = child of the root
+    depths_BN: Int[Array, "B N"]       # -1 for invalid nodes
+    valid_BN: Bool[Array, "B N"]
+    ancestor_BRR: Bool[Array, "B R R"]  # verify row i sees row j (R = 1 + N)
+    # float32 the drafter's cumulative path log-prob of each node (-inf if invalid);
     # non-increasing in pop order, so the first n nodes are the n most likely ones
-    scores_BN: jax.Array | None = None
+    scores_BN: Float[Array, "B N"] | None = None
 
 
 def tap_layers_for(config: DecodeConfig) -> tuple[int, ...]:

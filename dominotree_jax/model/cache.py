@@ -1,8 +1,9 @@
 """Fixed-shape caches, kept outside the modules as explicit pytrees.
 
-``KVCache``: the target's keys/values, one array ``[batch, kv_heads, max_len, head_dim]`` per
-layer (a tuple of ``L``). Slot ``s`` of a row holds the token at absolute position ``s`` once
-committed; uncommitted slots are garbage that attention never shows.
+``KVCache``: the target's keys/values, one array ``[B, K, S, D]`` (batch, kv heads, cache slots,
+head dim) per layer: a tuple of ``L`` arrays, not one stacked array. Slot ``s`` of a row holds
+the token at absolute position ``s`` once committed; uncommitted slots are garbage that
+attention never shows.
 
 Why per layer and kv-head major: slicing layer ``i`` out of one stacked ``[L, ...]`` array
 inside the jitted forward made XLA CPU run every attention product on a strided view, 3-8x
@@ -12,16 +13,20 @@ the attention matmuls read contiguously.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 
+if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
+    from jaxtyping import Array, Float
+
+
 class KVCache(NamedTuple):
-    k: tuple  # L x [B, K, S, D]
-    v: tuple  # L x [B, K, S, D]
+    k: tuple[Float[Array, "B K S D"], ...]  # one per layer
+    v: tuple[Float[Array, "B K S D"], ...]  # one per layer
 
     @property
     def max_len(self) -> int:

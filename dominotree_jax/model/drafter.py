@@ -23,7 +23,7 @@ The final-normed hidden states ``z`` and the float32 base logits are returned pe
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,13 +36,17 @@ from dominotree_jax.model.layers import (Attention, Linear, RMSNorm, SwiGLU, att
                                          rope_inv_freq)
 
 
+if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
+    from jaxtyping import Array, Float, Int
+
+
 class DrafterContext(NamedTuple):
     """Cached context K/V of the drafter layers, a ring of ``S`` slots: slot ``s`` holds the
     latest committed position ``p < length`` with ``p = s (mod S)``. With ``S`` at least the
     sequence length slot ``s`` is position ``s``; a drafter window ``W`` needs only ``S = W``."""
-    k: jax.Array       # [L, B, S, K, D] (L: drafter layers)
-    v: jax.Array       # [L, B, S, K, D] (L: drafter layers)
-    length: jax.Array  # [B] int32: committed positions
+    k: Float[Array, "L B S K D"]   # L: drafter layers; S: the ring's slots
+    v: Float[Array, "L B S K D"]
+    length: Int[Array, " B"]       # committed positions
 
     @property
     def max_len(self) -> int:

@@ -4,7 +4,25 @@
 from __future__ import annotations
 
 import jax
+import numpy as np
 from flax import nnx
+
+
+def _dotted(path) -> str:
+    return ".".join(str(getattr(p, "key", p)) for p in path)
+
+
+def flat_names(state) -> dict[str, tuple]:
+    """``{"layers.0.self_attn.q_proj.weight": shape}`` for every parameter of a state."""
+    return {_dotted(path): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(state))[0]}
+
+
+def state_to_flat(state) -> dict[str, np.ndarray]:
+    """``{dotted.name: np.ndarray}`` of a concrete state (checkpoint names; the inverse of
+    ``state_from_flat``)."""
+    return {_dotted(path): np.asarray(leaf)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(state))[0]}
 
 
 def state_from_flat(abstract_state, flat: dict):

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from convert.params import state_to_flat
+from dominotree_jax.model.state import state_to_flat
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.train.loss import (block_logits, flat_to_state, leading_correct,
                                        loss_and_metrics)

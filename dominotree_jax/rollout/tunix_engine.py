@@ -37,7 +37,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-from dominotree_jax.decoding.auto_size import AutoPolicy
+from dominotree_jax.decoding.auto_size import initial_state
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.decode import DecodeOutput, decode
 from dominotree_jax.model.target import TargetModel
@@ -90,8 +90,7 @@ class LastRollout:
     @property
     def tau(self) -> float:
         """Mean tokens committed per target forward over the batch."""
-        rounds = int(jnp.sum(self.out.num_rounds))
-        return float(jnp.sum(self.out.accept_lengths)) / max(rounds, 1)
+        return float(self.out.mean_tau())
 
     @property
     def num_tokens(self) -> int:
@@ -217,7 +216,7 @@ class DominoTreeRollout(BaseRollout):
         state_key = (config, B)
         state = None
         if config.is_auto:
-            state = self._auto_states.get(state_key) or AutoPolicy(config, B).init()
+            state = self._auto_states.get(state_key) or initial_state(config, B)
         out = self._decode(self._params, jnp.asarray(prompt_BT), jnp.asarray(lengths_B), key,
                            state, config=config)
         jax.block_until_ready(out.tokens)

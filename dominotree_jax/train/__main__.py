@@ -140,7 +140,7 @@ def warm_start(run: dict, target_cfg):
     if not run["warm_start"]:
         return drafter_config(run, target_cfg), None
     from convert.drafter import load_drafter
-    from convert.params import state_to_flat
+    from dominotree_jax.model.state import state_to_flat
     from dominotree_jax.assets import smollm2_drafter_path
     path = smollm2_drafter_path() if run["warm_start"] == "shipped" else run["warm_start"]
     cfg, params = load_drafter(path, dtype="float32", target_cfg=target_cfg)

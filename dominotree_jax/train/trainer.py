@@ -21,7 +21,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from convert.params import state_to_flat
+from dominotree_jax.model.state import state_to_flat
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import init_drafter_params
 from dominotree_jax.train.dataset import batch_stream, make_batch
