@@ -64,6 +64,15 @@ class TargetConfig(DecoderShape):
     attention_bias: bool = False
     max_position_embeddings: int = 32768
     architecture: str = "LlamaForCausalLM"
+    # How decode/verify forwards read the cache (``layers.attend_cached``): "auto" (dense on a
+    # GPU, buckets elsewhere), "bucket" or "dense". A runtime choice, not part of the model.
+    attention_impl: str = "auto"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.attention_impl not in ("auto", "bucket", "dense"):
+            raise ConfigError(f"attention_impl must be 'auto', 'bucket' or 'dense', got "
+                              f"{self.attention_impl!r}")
 
     @classmethod
     def from_hf_dict(cls, cfg: dict) -> "TargetConfig":

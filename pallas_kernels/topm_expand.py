@@ -14,7 +14,8 @@ imports nothing from ``dominotree_jax``; the head's pieces (``split_projection``
 twin live in ``dominotree_jax/domino_head.py``.
 
 Entry points: ``expand_pallas`` (split operands, padded here or by ``pad_operands`` once per
-round), ``pad_operands``, ``resolve_use_pallas``.
+round), ``pad_operands``, ``resolve_use_pallas`` (``"auto"``: the kernel only where it compiles,
+``kernel_compiles_on``: CUDA compute capability >= 8.0).
 
 The kernel is a single program (grid of 1; a vmapped call gets one program per batch row): it
 loops over ``E`` in blocks (a ``[BE, G]`` tile of W1s and an ``[M, BE]`` tile of W2_C per step;
@@ -54,10 +55,47 @@ def _padded(n: int) -> int:
     return max(_MIN_DIM, _next_pow2(n))
 
 
+# XLA hands Triton kernels only to CUDA devices of compute capability >= 8.0 (Ampere); on a T4
+# (7.5), as on Colab, the kernel would not compile, so "auto" takes the jnp twin there.
+MIN_COMPUTE_CAPABILITY = (8, 0)
+
+
+def kernel_compiles_on(platform: str, compute_capability) -> bool:
+    """Whether the Triton kernel compiles on a device of ``platform`` (``"cuda"``, ``"rocm"``,
+    ``"cpu"``, ``"tpu"``, ...) and CUDA ``compute_capability`` (``"9.0"``, ``(8, 6)``, None):
+    CUDA with capability >= 8.0 only (ROCm is untested: the jnp twin)."""
+    if platform != "cuda" or compute_capability is None:
+        return False
+    parts = (compute_capability if isinstance(compute_capability, tuple)
+             else str(compute_capability).split("."))
+    try:
+        major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except (ValueError, IndexError):
+        return False
+    return (major, minor) >= MIN_COMPUTE_CAPABILITY
+
+
+def device_platform(device) -> str:
+    """``"cuda"`` / ``"rocm"`` for a jax GPU device (jax calls both ``"gpu"``), else its
+    platform."""
+    if device.platform != "gpu":
+        return device.platform
+    version = str(getattr(device.client, "platform_version", "")).lower()
+    return "rocm" if "rocm" in version or "hip" in version else "cuda"
+
+
+def default_device_compiles_kernel() -> bool:
+    """``kernel_compiles_on`` for jax's default device."""
+    device = jax.devices()[0]
+    return kernel_compiles_on(device_platform(device),
+                              getattr(device, "compute_capability", None))
+
+
 def resolve_use_pallas(use_pallas) -> tuple[bool, bool]:
-    """Map ``"auto" | True | False | "interpret"`` to ``(use_kernel, interpret)``."""
+    """Map ``"auto" | True | False | "interpret"`` to ``(use_kernel, interpret)``; ``"auto"``
+    uses the kernel where it compiles (``default_device_compiles_kernel``)."""
     if use_pallas == "auto":
-        return jax.default_backend() == "gpu", False
+        return default_device_compiles_kernel(), False
     if use_pallas == "interpret":
         return True, True
     if use_pallas in (True, False):
@@ -119,7 +157,11 @@ def _kernel(a_ref, s_ref, w1s_ref, base_ref, w2_ref, idx_ref, lp_ref, *, k: int,
     lp_ref[...] = val_kp
 
 
-def expand_padded_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k: int, *, interpret: bool = False):
+NUM_WARPS, NUM_STAGES = 4, 1  # Triton launch settings (gpu_suite's kernel check times others)
+
+
+def expand_padded_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k: int, *, interpret: bool = False,
+                         num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES):
     """Run the kernel on operands already padded by ``pad_operands`` (``s`` padded here)."""
     Ep, Gp = w1s_EG.shape
     Mp = base_M.shape[-1]
@@ -133,18 +175,20 @@ def expand_padded_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k: int, *, interpret: 
         out_shape=(jax.ShapeDtypeStruct((kp,), jnp.int32),
                    jax.ShapeDtypeStruct((kp,), jnp.float32)),
         # explicit Triton params select the Triton backend (not Mosaic GPU, jax's GPU default)
-        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),
+        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
         interpret=interpret,
     )(a_E, s_G, w1s_EG, base_M, w2_ME)
     return idx_kp[:k], lp_kp[:k]
 
 
 def expand_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k: int, *, interpret: bool = False,
-                  prepadded: bool = False):
+                  prepadded: bool = False, num_warps: int = NUM_WARPS,
+                  num_stages: int = NUM_STAGES):
     """Kernel on split operands → ``(idx [k] int32, lp [k] float32)``; ``prepadded`` says the
     operands already came from ``pad_operands`` (the tree builder pads once per round)."""
     if k > base_M.shape[-1]:
         raise ValueError(f"k={k} must not exceed M={base_M.shape[-1]}")
     if not prepadded:
         a_E, w1s_EG, base_M, w2_ME = pad_operands(a_E, w1s_EG, base_M, w2_ME)
-    return expand_padded_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k, interpret=interpret)
+    return expand_padded_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k, interpret=interpret,
+                                num_warps=num_warps, num_stages=num_stages)

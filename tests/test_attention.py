@@ -1,6 +1,8 @@
 """Blockwise attention over the cache (``layers.attend_cached``, ``TargetModel.forward_cached``,
 chunked ``prefill``) against plain dense attention (``layers.attend``, ``TargetModel.__call__``)."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -144,3 +146,51 @@ def test_long_prompt_decode_matches_the_plain_path(monkeypatch):
         logits = dj.target_logits(target, seq)
         seq[0, P + i] = int(np.argmax(np.asarray(logits[0, P + i - 1])))
     np.testing.assert_array_equal(ours, seq[0, P:])
+
+
+@pytest.mark.parametrize("mode", ["auto", "bucket", "dense"])
+@pytest.mark.parametrize("B,T,N,K,D,S,block", [
+    (1, 1, 4, 2, 8, 40, 8),      # an AR row over several buckets
+    (2, 17, 4, 2, 8, 70, 16),    # a 17-row tree
+])
+def test_attention_modes_match_plain_attention(mode, B, T, N, K, D, S, block):
+    """``bucket`` (a switch over prefix buckets), ``dense`` (one masked pass over every slot)
+    and ``auto`` (bucket here, dense when lowered for a GPU) compute the same attention."""
+    rng = np.random.default_rng(T)
+    f32 = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)  # noqa: E731
+    q, new_k, new_v = f32(B, T, N, D), f32(B, T, K, D), f32(B, T, K, D)
+    cache_k, cache_v = f32(B, K, S, D), f32(B, K, S, D)
+    prefix = rng.integers(1, S - T + 1, B)
+    block_mask = np.tril(np.ones((B, T, T), bool))
+    got = jax.jit(lambda *a: attend_cached(*a, block=block, mode=mode))(
+        q, new_k, new_v, jnp.asarray(block_mask), cache_k, cache_v,
+        jnp.asarray(prefix, jnp.int32))
+    want = _dense_reference(q, new_k, new_v, block_mask, cache_k, cache_v, prefix)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=2e-6)
+
+
+def test_attention_mode_is_checked():
+    z = jnp.zeros((1, 1, 2, 4))
+    with pytest.raises(ValueError, match="attention mode"):
+        attend_cached(z, z[:, :, :1], z[:, :, :1], jnp.ones((1, 1, 1), bool),
+                      jnp.zeros((1, 1, 8, 4)), jnp.zeros((1, 1, 8, 4)),
+                      jnp.ones((1,), jnp.int32), mode="flash")
+    from dominotree_jax.config import ConfigError
+    with pytest.raises(ConfigError, match="attention_impl"):
+        TargetConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+                     num_attention_heads=2, num_key_value_heads=1, head_dim=4,
+                     attention_impl="flash")
+
+
+def test_auto_attention_lowers_to_one_dense_pass_for_cuda():
+    """Lowered for ``cuda`` the ``auto`` mode holds no conditional; for ``cpu`` it is the
+    bucket switch."""
+    B, T, N, K, D, S = 1, 17, 4, 2, 8, 2048
+    shapes = [(B, T, N, D), (B, T, K, D), (B, T, K, D), (B, T, T), (B, K, S, D), (B, K, S, D),
+              (B,)]
+    dtypes = [jnp.float32] * 3 + [bool, jnp.float32, jnp.float32, jnp.int32]
+    args = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
+    traced = jax.jit(attend_cached).trace(*args)
+    for platform, conditionals in (("cuda", 0), ("cpu", 1)):
+        hlo = traced.lower(lowering_platforms=(platform,)).as_text(dialect="hlo")
+        assert len(re.findall(r"\sconditional\(", hlo)) == conditionals, platform

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 import numpy as np
@@ -87,7 +88,7 @@ def test_neg_inf_candidates():
 
 def test_auto_is_jnp_on_cpu():
     if jax.default_backend() == "gpu":
-        pytest.skip("auto selects Pallas on GPU")
+        pytest.skip("auto may select Pallas on a GPU: nothing to check against the jnp twin")
     ops = operands(2, 24, 8, 12, 30)
     a = topm_expand(*ops, 4)
     b = topm_expand_jnp(*ops, k=4)
@@ -120,12 +121,50 @@ def test_builder_with_interpreted_kernel(top_m, prefix_len):
     np.testing.assert_array_equal(out.tokens[1], ref.tokens)
 
 
-def _lower_for_cuda(fn, *shapes):
+def _lowered_for_cuda(fn, *shapes):
+    """``fn`` traced at ``shapes`` and lowered for ``cuda`` from this host (an API change in
+    jax fails the test: it must not turn into a skip)."""
     args = [jax.ShapeDtypeStruct(s, dtype) for s, dtype in shapes]
-    try:
-        return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
-    except TypeError as err:  # API moved: nothing to check on this jax version
-        pytest.skip(f"cannot lower for cuda from this host: {err}")
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+
+
+def _lower_for_cuda(fn, *shapes):
+    return _lowered_for_cuda(fn, *shapes).as_text()
+
+
+def _triton_calls(lowered):
+    """``(backend_config, Triton IR bytes)`` of every Triton custom call in ``lowered``."""
+    from jax._src.lib.mlir import ir
+    calls = []
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    o = inner.operation
+                    if (o.name == "stablehlo.custom_call" and
+                            ir.StringAttr(o.attributes["call_target_name"]).value
+                            == "__gpu$xla.gpu.triton"):
+                        cfg = ir.DictAttr(o.attributes["mhlo.backend_config"])
+                        calls.append(({n: str(cfg[n]) for n in ("num_warps", "num_stages")},
+                                      ir.StringAttr(cfg["ir"]).value_bytes))
+                    walk(o)
+
+    walk(lowered.compiler_ir("stablehlo").operation)
+    return calls
+
+
+def _parse_triton(ir_bytes: bytes) -> str:
+    """Parse serialized Triton IR with jaxlib's Triton dialect, run the MLIR verifier, return
+    the module's text."""
+    from jax._src.interpreters import mlir as jax_mlir
+    from jax._src.lib.mlir import ir
+    from jaxlib.triton import dialect as triton_dialect
+    with jax_mlir.make_ir_context() as ctx:
+        triton_dialect.register_dialect(ctx)
+        module = ir.Module.parse(ir_bytes)
+        assert module.operation.verify()
+        return str(module)
 
 
 @pytest.mark.parametrize("H,G,E,M,k", [(576, 256, 128, 64, 8), (2560, 256, 256, 64, 8),
@@ -154,11 +193,81 @@ def test_builder_lowers_with_kernel_for_cuda():
     assert text.count("xla.gpu.triton") == 2  # root expansion + the pop loop body
 
 
-def test_resolve_use_pallas():
+def test_resolve_use_pallas(monkeypatch):
+    from pallas_kernels import topm_expand
     from pallas_kernels.topm_expand import resolve_use_pallas
     assert resolve_use_pallas(False) == (False, False)
     assert resolve_use_pallas(True) == (True, False)
     assert resolve_use_pallas("interpret") == (True, True)
-    assert resolve_use_pallas("auto") == (jax.default_backend() == "gpu", False)
+    assert resolve_use_pallas("auto") == (topm_expand.default_device_compiles_kernel(), False)
+    if jax.default_backend() != "gpu":
+        assert resolve_use_pallas("auto") == (False, False)
+    monkeypatch.setattr(topm_expand, "default_device_compiles_kernel", lambda: True)
+    assert resolve_use_pallas("auto") == (True, False)
     with pytest.raises(ValueError):
         resolve_use_pallas("yes")
+
+
+@pytest.mark.parametrize("platform,capability,compiles", [
+    ("cuda", "9.0", True),      # H100 / H200
+    ("cuda", "8.0", True),      # A100
+    ("cuda", "8.6", True),      # A10 / RTX 30xx
+    ("cuda", (8, 9), True),     # L4, as a tuple
+    ("cuda", "10.0", True),     # B200: 10 > 8 numerically, not as text
+    ("cuda", "7.5", False),     # T4 (Colab): XLA refuses Triton below 8.0
+    ("cuda", "7.0", False),     # V100
+    ("cuda", None, False),
+    ("cuda", "sm_90", False),   # not a capability: no guess
+    ("rocm", "gfx90a", False),  # untested: the jnp twin
+    ("cpu", None, False), ("tpu", None, False),
+])
+def test_kernel_compiles_on(platform, capability, compiles):
+    from pallas_kernels.topm_expand import kernel_compiles_on
+    assert kernel_compiles_on(platform, capability) is compiles
+
+
+def test_device_platform_names_cuda_and_rocm():
+    from pallas_kernels.topm_expand import device_platform
+
+    class Client:
+        def __init__(self, version):
+            self.platform_version = version
+
+    class Device:
+        def __init__(self, platform, version=""):
+            self.platform, self.client = platform, Client(version)
+
+    assert device_platform(Device("gpu", "PJRT C API\ncuda 12080")) == "cuda"
+    assert device_platform(Device("gpu", "PJRT C API\nrocm 60342")) == "rocm"
+    assert device_platform(Device("cpu")) == "cpu"
+    assert device_platform(jax.devices()[0]) in ("cpu", "cuda", "rocm", "tpu")
+
+
+POW2 = {1 << i for i in range(16)}
+
+
+@pytest.mark.parametrize("G,E,M,k,warps,stages", [
+    (256, 128, 64, 8, 4, 1),     # SmolLM2-135M drafter
+    (1024, 256, 64, 8, 4, 1),    # Qwen3-4B/8B + Domino-b16
+    (1024, 256, 64, 8, 8, 3),    # the same, another launch variant
+    (24, 20, 300, 16, 2, 2),     # M padded to 512, G and E to 32
+])
+def test_kernel_triton_ir_parses_and_verifies(G, E, M, k, warps, stages):
+    """The Triton IR that XLA would hand to Triton (the custom call's serialized module) parses
+    with jaxlib's Triton dialect and passes the MLIR verifier; every tensor has power-of-two
+    extents, the kernel is one ``scf.for`` over E blocks with k max-and-mask rounds, and the
+    launch settings are the ones asked for."""
+    from pallas_kernels.topm_expand import expand_pallas
+    f32 = np.float32
+    fn = functools.partial(expand_pallas, k=k, num_warps=warps, num_stages=stages)
+    lowered = _lowered_for_cuda(fn, ((E,), f32), ((G,), f32), ((E, G), f32), ((M,), f32),
+                                ((M, E), f32))
+    (config, ir_bytes), = _triton_calls(lowered)
+    assert config == {"num_warps": f"{warps} : i32", "num_stages": f"{stages} : i32"}
+    text = _parse_triton(ir_bytes)
+    assert text.count("tt.func public") == 1 and text.count("scf.for") == 1
+    for shape in re.findall(r"tensor<([0-9x]+)x(?:f32|i32|i1|!tt)", text):
+        assert all(int(n) in POW2 for n in shape.split("x")), shape
+    assert text.count("tt.store") == 2  # idx and lp
+    assert text.count("tt.reduce") >= 2 * k  # max and argmin-style pick per round
+

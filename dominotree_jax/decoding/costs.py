@@ -120,6 +120,8 @@ def _fingerprint(cfg) -> str:
         return "none"
     fields = dataclasses.asdict(cfg)
     fields.pop("draft_window", None)   # a decode setting, not the model
+    if fields.get("attention_impl") == "auto":  # the default: keys stored before it existed hold
+        fields.pop("attention_impl")            # (the other modes cost differently: kept)
     return hashlib.sha1(repr(sorted(fields.items())).encode()).hexdigest()[:12]
 
 

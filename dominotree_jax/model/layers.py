@@ -162,6 +162,7 @@ ATTENTION_BLOCK = 512  # cache slots per key block
 # At most this many query rows per kv head (rows x grouped heads: decode and verify) take one
 # dense pass over a power-of-two bucket of slots instead of the block loop (no per-block overhead).
 DENSE_ROWS = 128
+ATTENTION_MODES = ("auto", "bucket", "dense")  # how decode/verify read the cache (attend_cached)
 
 
 def _fold_queries(q_BTND, num_kv_heads: int):
@@ -201,7 +202,8 @@ def _online_step(state, s_BKMS, visible, v_BKSD):
 
 
 def attend_cached(q_BTND, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, cache_v_BKSD,
-                  prefix_B, *, block: int | None = None, dense_rows: int | None = None):
+                  prefix_B, *, block: int | None = None, dense_rows: int | None = None,
+                  mode: str = "auto"):
     """Attention of new rows over the committed cache prefix and the new rows themselves.
 
     ``cache_*_BKSD``: one layer's cache ``[B, K, S, D]``; slots ``>= prefix[b]`` are never read
@@ -209,9 +211,18 @@ def attend_cached(q_BTND, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
     which new rows each new row sees (causal for a prompt chunk, ancestors for a tree).
     Float32 softmax; a row that sees nothing gives zeros, as ``attend``. ``block``: key slots per
     block (default ``ATTENTION_BLOCK``). With at most ``dense_rows`` (default ``DENSE_ROWS``)
-    folded query rows, the prefix is one dense pass over the first ``block * 2^i`` slots, the
-    smallest such bucket that holds ``max(prefix)`` (a ``lax.switch``, one branch per bucket).
+    folded query rows (decode, verify) the prefix is one dense pass; ``mode`` says over what:
+
+    - ``"bucket"``: the first ``block * 2^i`` slots, the smallest such bucket that holds
+      ``max(prefix)`` (a ``lax.switch``, one branch per bucket: cheap on a CPU, but on XLA:GPU
+      every conditional makes the host wait for the device);
+    - ``"dense"``: all ``S`` slots, masked (no conditional);
+    - ``"auto"`` (default): ``"dense"`` when lowered for a GPU (``cuda``/``rocm``), ``"bucket"``
+      otherwise (``lax.platform_dependent``: a program lowered for one platform holds only that
+      platform's branch).
     """
+    if mode not in ATTENTION_MODES:
+        raise ValueError(f"attention mode must be one of {ATTENTION_MODES}, got {mode!r}")
     block = ATTENTION_BLOCK if block is None else block
     dense_rows = DENSE_ROWS if dense_rows is None else dense_rows
     B, T, N, D = q_BTND.shape
@@ -247,9 +258,17 @@ def attend_cached(q_BTND, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
             return _online_step(st, _scores(q_BKMD, cache_k_BKSD[:, :, :L]),
                                 live_BS[:, None, None, :], cache_v_BKSD[:, :, :L])
 
-        index = jnp.searchsorted(jnp.asarray(buckets), jnp.max(prefix_B), side="left")
-        state = jax.lax.switch(jnp.minimum(index, len(buckets) - 1),
-                               [functools.partial(dense, L) for L in buckets], state)
+        def bucketed(st):
+            index = jnp.searchsorted(jnp.asarray(buckets), jnp.max(prefix_B), side="left")
+            return jax.lax.switch(jnp.minimum(index, len(buckets) - 1),
+                                  [functools.partial(dense, L) for L in buckets], st)
+
+        if mode == "auto":
+            dense_all = functools.partial(dense, S)
+            state = jax.lax.platform_dependent(state, cuda=dense_all, rocm=dense_all,
+                                               default=bucketed)
+        else:
+            state = dense(S, state) if mode == "dense" else bucketed(state)
     else:
         def one_block(i, st):
             lo = i * blk

@@ -92,8 +92,8 @@ class TargetModel(nnx.Module):
             # the pre-write cache made XLA copy every layer's cache to keep the old value.
             cache_k = write_layer(cache_k, k, write_start_B)
             cache_v = write_layer(cache_v, v, write_start_B)
-            return (attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B),
-                    cache_k, cache_v)
+            return (attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
+                                  mode=self.cfg.attention_impl), cache_k, cache_v)
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
 
     def forward_rows(self, tokens_BT, positions_BT, cache: KVCache, prefix_B, block_mask_BTT,
@@ -103,7 +103,8 @@ class TargetModel(nnx.Module):
         (a cache only read inside a ``lax.switch`` branch is not copied; one updated there is
         copied whole by XLA)."""
         def attn(i, q, k, v, cache_k, cache_v):
-            out = attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B)
+            out = attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
+                                mode=self.cfg.attention_impl)
             return out, cache_k, cache_v
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
 
