@@ -150,7 +150,7 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     out_BO = jnp.full((B, O), PAD, jnp.int32).at[:, 0].set(first_B)
     logp_BO = jnp.zeros((B, O), jnp.float32)
     if config.return_logprobs:
-        lp_BV = sampling_logprobs(last_logits_BV, config.temperature, config.top_k, config.top_p)
+        lp_BV = sampling_logprobs(last_logits_BV, *_logprob_filter(config))
         logp_BO = logp_BO.at[:, 0].set(jnp.take_along_axis(lp_BV, first_B[:, None], 1)[:, 0])
     n_B = jnp.ones((B,), jnp.int32)
     done_B = _finished(out_BO, n_B - 1, n_B, config)
@@ -187,7 +187,7 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
         path_lp_BPV = None
         if config.return_logprobs:
             path_lp_BPV = sampling_logprobs(gather_rows(logits_BRV, acc.rows_BP),
-                                            config.temperature, config.top_k, config.top_p)
+                                            *_logprob_filter(config))
         kept = keep_rows(d, acc, rows, taps_BRF, path_lp_BPV, P, drafter, start_B)
         return kept, post_BR[:, 0], (None if in_branch else cache)
 
@@ -252,6 +252,13 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
         feats = final.feats_BWF[:, :T + config.max_new_tokens]
     return DecodeOutput(tokens, n_B, final.taus_BX, final.rounds_B, logp, feats,
                         final.sizes_BX, final.auto)
+
+
+def _logprob_filter(config: DecodeConfig) -> tuple:
+    """``(temperature, top_k, top_p)`` of the reported log-probs (``logprobs_filtered``)."""
+    if config.logprobs_filtered:
+        return config.temperature, config.top_k, config.top_p
+    return config.temperature, 0, 1.0
 
 
 def _is_stop(tok, config: DecodeConfig):
