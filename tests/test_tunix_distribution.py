@@ -101,7 +101,7 @@ def test_generate_samples_the_filtered_target_distribution(setup, budget):
     sizes = np.asarray(eng.last.out.draft_sizes)
     assert (sizes > 0).any()                        # rounds really drafted
     if budget == "auto":
-        assert len(set(sizes[sizes >= 0].tolist())) > 1   # and the size varied
+        assert set(sizes[sizes >= 0].tolist()) <= {0, 1, 2, 6}   # sizes of its own table
     for i, joint in enumerate(joints):
         p = first_tokens_chi_square_p(toks[i::2], joint, V)
         assert p > 1e-3, (budget, i, p)
