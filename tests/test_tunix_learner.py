@@ -151,3 +151,72 @@ def test_grpo_learner_steps_through_rlcluster_with_our_engine(axis_type):
         ours = jax.tree.leaves(engine.params["target"])
         theirs = jax.tree.leaves(nnx.state(cluster.actor_trainer.model.target))
         assert len(ours) == len(theirs) and all(a is b for a, b in zip(ours, theirs))
+
+
+def test_drafter_refresh_inside_grpo_learner():
+    """``drafter_refresh=``: one drafter step after every rollout micro-batch tunix asks for
+    (here 2 per global step, ``rollout_micro_batch_size=1`` x a group of 2), each on that
+    micro-batch's own tokens (a checksum computed inside the compiled step equals the sum of
+    the prompt and completion ids tunix handed the reward function), the drafter parameters
+    changing every time and the engine decoding with the new ones; time and memory are logged
+    per step and reach tunix's metrics logger through ``engine.tunix_metrics``."""
+    tcfg, dcfg, params = tiny_pair()
+    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    Role = rl_cluster_lib.Role
+    cluster = rl_cluster_lib.RLCluster(
+        actor=TunixCausalLM.from_params(tcfg, params["target"], PAD),
+        reference=TunixCausalLM.from_params(tcfg, jax.tree.map(jnp.copy, params["target"]),
+                                            PAD),
+        tokenizer=IntTokenizer(),
+        cluster_config=rl_cluster_lib.ClusterConfig(
+            role_to_mesh={Role.ACTOR: mesh, Role.REFERENCE: mesh, Role.ROLLOUT: mesh},
+            rollout_engine=functools.partial(
+                RecordingRollout, drafter_config=dcfg, drafter_params=params["drafter"],
+                budget=6, node_topk=3, top_m=16, compiler_options=FAST_XLA,
+                drafter_refresh={"lr": 1e-2, "anchors": 3, "rows": None}),
+            training_config=rl_cluster_lib.RLTrainingConfig(
+                actor_optimizer=optax.adam(3e-2), eval_every_n_steps=100, max_steps=2,
+                rollout_micro_batch_size=1),
+            rollout_config=base_rollout.RolloutConfig(
+                max_tokens_to_generate=NEW, max_prompt_length=8, temperature=0.9, top_p=1.0)))
+    engine = cluster.rollout
+    assert engine.prompt_pads == "keep" and engine.refresher is not None
+    drafters = []   # the drafter parameters each generate call decoded with
+    original_generate = engine.generate
+
+    def generate(prompts, rollout_config, **kw):
+        drafters.append(flat(engine.params["drafter"]))
+        out = original_generate(prompts, rollout_config, **kw)
+        # what the compiled step must have summed: prompt ids + committed ids (eos = pad = 0)
+        expected.append(sum(int(t) for p in prompts for t in str(np.asarray(p).reshape(-1)[0])
+                            .split()) + sum(int(np.sum(t)) for t in out.tokens))
+        return out
+
+    expected = []
+    engine.generate = generate
+    logged = []
+    cluster.with_external_metrics_logger(lambda buf: logged.append(dict(buf.metrics)))
+    learner = grpo_learner.GRPOLearner(
+        rl_cluster=cluster, metric_fns=[engine.tunix_metrics],
+        reward_fns=lambda prompts, completions, **kw: [
+            sum(int(t) for t in c.split()) / 256.0 for c in completions],
+        algo_config=grpo_learner.GRPOConfig(num_generations=2, num_iterations=1, beta=0.04))
+    learner.train(BATCHES)
+
+    log = engine.refresh_log
+    assert len(engine.generated) == 4 and [n for n, _ in engine.generated] == [2, 2, 2, 2]
+    assert len(log) == 4 and engine.refresher.num_steps == 4     # every micro-batch, not 1/step
+    assert [r["token_sum"] for r in log] == expected              # each on its own rollout
+    assert all(r["rows"] == 2 and r["labels"] > 0 for r in log)
+    assert all(r["seconds"] > 0 and r["temp_bytes"] > 0 and r["logits_bytes"] > 0
+               for r in log)
+    assert len(engine.refresher.traces) == 1                      # one compiled step
+    # the drafter changed at every step, and each rollout used the previous step's result
+    final = flat(engine.params["drafter"])
+    chain = drafters + [final]
+    assert all(not same_values(a, b) for a, b in zip(chain, chain[1:]))
+    assert same_values(final, flat(engine.refresher.state))
+    assert all(np.isfinite(np.asarray(x)).all() for x in final.values())
+    # the per-step figures reached tunix's metrics buffers
+    names = set().union(*(m.keys() for m in logged)) if logged else set()
+    assert {"rollout/tau", "refresh/seconds", "refresh/temp_bytes"} <= names

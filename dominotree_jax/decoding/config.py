@@ -36,6 +36,10 @@ class DecodeConfig:
     top_m: int = 64                  # M: candidates per depth (0 = full vocabulary)
     use_pallas: Any = "auto"
     return_logprobs: bool = False
+    # which log-probs: True = of the distribution tokens are drawn from (top-k / top-p applied,
+    # -inf outside); False = of softmax(logits / temperature) over the whole vocabulary, what RL
+    # trainers (tunix's ``compute_per_token_logps``) score the same tokens with
+    logprobs_filtered: bool = True
     # also return the target's tapped features of the prompt and committed tokens (the
     # drafter's inputs; ``rollout.drafter_refresh`` trains on them)
     return_features: bool = False

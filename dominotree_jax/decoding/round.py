@@ -128,8 +128,7 @@ def first_state(pre, key, *, config: DecodeConfig, auto) -> LoopState:
     out_BO = jnp.full((B, O), PAD, jnp.int32).at[:, 0].set(first_B)
     logp_BO = jnp.zeros((B, O), jnp.float32)
     if config.return_logprobs:
-        lp_BV = sampling_logprobs(pre.last_logits_BV, config.temperature, config.top_k,
-                                  config.top_p)
+        lp_BV = sampling_logprobs(pre.last_logits_BV, *logprob_filter(config))
         logp_BO = logp_BO.at[:, 0].set(jnp.take_along_axis(lp_BV, first_B[:, None], 1)[:, 0])
     n_B = jnp.ones((B,), jnp.int32)
     done_B = finished(out_BO, n_B - 1, n_B, config)
@@ -168,7 +167,7 @@ def verify_and_keep(inp: RoundInput, draft: Draft, *, num_nodes: int, config: De
     path_lp_BPV = None
     if config.return_logprobs:
         path_lp_BPV = sampling_logprobs(gather_rows(logits_BRV, acc.rows_BP),
-                                        config.temperature, config.top_k, config.top_p)
+                                        *logprob_filter(config))
     rows = keep_rows(d, acc, kv, taps_BRF, path_lp_BPV, config.max_depth + 1, drafter,
                      inp.start_B)
     return Verified(rows=rows, first_B=post_BR[:, 0], cache=cache)
@@ -291,6 +290,13 @@ def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, dra
 
 
 # ------------------------------------------------------------------ stops
+
+def logprob_filter(config: DecodeConfig) -> tuple:
+    """``(temperature, top_k, top_p)`` of the reported log-probs (``logprobs_filtered``)."""
+    if config.logprobs_filtered:
+        return config.temperature, config.top_k, config.top_p
+    return config.temperature, 0, 1.0
+
 
 def is_stop(tok, config: DecodeConfig):
     if not config.stop_ids:

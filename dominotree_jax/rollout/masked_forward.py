@@ -3,6 +3,11 @@ right-padded completions, tunix's layout), and the per-token log-probs of comple
 
 Positions count the valid tokens before each one; a query sees the valid keys at or before it.
 Differentiable in the parameters (GRPO losses use it inside ``jax.grad``).
+
+Which tokens are real when a pad id may also occur inside a prompt (SmolLM2: pad = eos =
+``<|im_end|>``, in every chat prompt) is ``real_tokens``' ``prompt_pads`` (docs/rl.md):
+``"drop"``: every pad id is padding (tunix's trainer, ``common.process_ids``); ``"keep"``: only
+the leading run (left padding) and the trailing run (completion padding) are.
 """
 
 from __future__ import annotations
@@ -13,6 +18,24 @@ import jax.numpy as jnp
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.cache import KVCache, gather_rows
 from dominotree_jax.model.target import ForwardOut, TargetModel, bind_target
+
+
+PROMPT_PADS = ("keep", "drop")
+
+
+def real_tokens(tokens_BW, pad_id: int, prompt_pads: str = "drop"):
+    """``[B, W]`` bool: which tokens of a left-padded prompt + right-padded completion are real.
+
+    ``"drop"``: those ``!= pad_id``. ``"keep"``: all but the leading and the trailing runs of
+    ``pad_id`` (a pad id between real tokens is a real token)."""
+    if prompt_pads not in PROMPT_PADS:
+        raise ValueError(f"prompt_pads must be one of {PROMPT_PADS}, got {prompt_pads!r}")
+    not_pad_BW = tokens_BW != pad_id
+    if prompt_pads == "drop":
+        return not_pad_BW
+    seen_before_BW = jnp.cumsum(not_pad_BW, axis=1) > 0
+    seen_after_BW = jnp.cumsum(not_pad_BW[:, ::-1], axis=1)[:, ::-1] > 0
+    return seen_before_BW & seen_after_BW
 
 
 def masked_forward(target: TargetModel, tokens_BW, valid_BW, tap_layers=()) -> ForwardOut:

@@ -5,6 +5,20 @@ Prompts are tokenized as tunix's sampler does, right-padded to ``max_prompt_leng
 with speculative decoding (DominoTree by default): the samples are exactly the target's at any
 temperature, and the per-token log-probs come from the verification logits (no extra forward).
 
+Log-probs (docs/rl.md): ``generate``'s and ``get_per_token_logps``' are what tunix's trainer
+computes for the same tokens (``common.compute_per_token_logps`` at the rollout temperature):
+``log softmax(logits / T)`` over the whole vocabulary, not the top-k / top-p filtered
+distribution the tokens are drawn from. ``get_per_token_logps`` uses the temperature of the
+``rollout_config`` the engine was built with (RLCluster passes its TRAIN config; else the last
+``generate``'s, else 1). Pad ids inside prompts: ``prompt_pads`` (``__init__``). The pad id is
+a stop id: a completion ends at its first pad or EOS (the trainer masks pad ids, so a
+completion never holds one).
+
+Drafter refresh (opt-in, ``drafter_refresh=``): after every ``generate`` call (so every
+micro-batch RLCluster rolls out) one ``DrafterRefresher`` step on that rollout's features, the
+new drafter used from the next call on; ``refresh_log`` holds each step's metrics, wall time
+and memory, ``tunix_metrics`` hands them (and τ) to tunix's metrics logger.
+
 Parameters are arguments of one jitted program per ``(DecodeConfig, batch, width)``, so
 ``update_params`` changes the next rollout without compiling anything (``num_compilations``).
 
@@ -41,7 +55,8 @@ from dominotree_jax.decoding.auto_size import initial_state
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.decode import DecodeOutput, decode
 from dominotree_jax.model.target import TargetModel
-from dominotree_jax.rollout.masked_forward import completion_logprobs
+from dominotree_jax.rollout.drafter_refresh import DrafterRefresher
+from dominotree_jax.rollout.masked_forward import PROMPT_PADS, completion_logprobs, real_tokens
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
 from dominotree_jax.rollout.tunix_types import BaseRollout, RolloutConfig, RolloutOutput
 
@@ -96,6 +111,14 @@ class LastRollout:
     def num_tokens(self) -> int:
         return int(jnp.sum(self.out.num_tokens))
 
+    @property
+    def mean_draft_size(self) -> float:
+        """Mean draft nodes verified per round (0 for ``ar``)."""
+        if self.out.draft_sizes is None:
+            return 0.0
+        sizes = np.asarray(self.out.draft_sizes)
+        return float(sizes[sizes >= 0].mean()) if (sizes >= 0).any() else 0.0
+
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
@@ -127,6 +150,25 @@ def without_explicit_axes(tree):
     return jax.tree.map(place, tree)
 
 
+def _prompt_pads_for(actor, prompt_pads, tokenizer) -> str:
+    """The ``prompt_pads`` reading (``DominoTreeRollout.__init__``), checked against the actor's
+    own: a ``TunixCausalLM`` with a ``pad_id`` reads inner pads as tokens (``"keep"``)."""
+    model_pad = actor.pad_id if isinstance(actor, TunixCausalLM) else None
+    if prompt_pads is None:
+        prompt_pads = "drop" if model_pad is None else "keep"
+    if prompt_pads not in PROMPT_PADS:
+        raise ValueError(f"prompt_pads must be one of {PROMPT_PADS}, got {prompt_pads!r}")
+    if isinstance(actor, TunixCausalLM) and (model_pad is None) != (prompt_pads == "drop"):
+        raise ValueError(f"prompt_pads={prompt_pads!r} disagrees with the actor TunixCausalLM "
+                         f"(pad_id={model_pad}): the trainer would score another context; "
+                         "build it with pad_id=<the pad id> for 'keep', without for 'drop'")
+    if model_pad is not None and tokenizer is not None and \
+            int(_Tokenizer(tokenizer).pad_id()) != model_pad:
+        raise ValueError(f"the actor TunixCausalLM's pad_id {model_pad} is not the tokenizer's "
+                         f"pad id {_Tokenizer(tokenizer).pad_id()}")
+    return prompt_pads
+
+
 def _target_of(actor) -> tuple[Any, Any]:
     """``(TargetConfig, params)`` of a ``TunixCausalLM``, ``TargetModel`` or ``dj.Target``."""
     if isinstance(actor, TunixCausalLM):
@@ -143,7 +185,9 @@ class DominoTreeRollout(BaseRollout):
     def __init__(self, rollout_actor=None, tokenizer=None, mesh=None, rollout_config=None, *,
                  drafter_config=None, drafter_params=None, method: str = "dominotree",
                  budget: int = 16, node_topk: int = 8, top_m: int = 64, seed: int = 0,
-                 return_features: bool = False, compiler_options: dict | None = None):
+                 return_features: bool = False, prompt_pads: str | None = None,
+                 drafter_refresh: bool | dict | None = None,
+                 compiler_options: dict | None = None, **decode_options):
         """``rollout_actor``: the target (see ``_target_of``). ``tokenizer``: HF or tunix style
         (only needed for text prompts). ``mesh``/``rollout_config``: accepted for tunix's
         ``RLCluster``; the parameters are used where they are (``dominotree_jax.sharding``
@@ -152,25 +196,49 @@ class DominoTreeRollout(BaseRollout):
         ``method``/``budget``/``node_topk``/``top_m``: ``DecodeConfig`` settings (``"ar"``
         needs no drafter). ``return_features``: keep the committed tokens' tapped target
         features of each rollout (``last.out.features``) for ``drafter_refresh``.
-        ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level)."""
+        ``prompt_pads``: how a pad id inside a prompt is read, the same way by the rollout and
+        by the trainer scoring it. ``"keep"``: a real token (the engine conditions on it; the
+        policy/reference must be ``TunixCausalLM(..., pad_id=pad)`` so that tunix's trainer
+        scores it so too); ``"drop"``: padding, tunix's trainer's own reading (the engine
+        removes pad ids from prompts before decoding). Default: ``"keep"`` when
+        ``rollout_actor`` is a ``TunixCausalLM`` with a ``pad_id``, else ``"drop"``.
+        ``drafter_refresh``: True or ``DrafterRefresher`` keyword arguments (``lr``,
+        ``anchors``, ``rows``, ``vocab_ids``, ...): a drafter step after every ``generate``.
+        ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
+        Other keywords: ``DecodeConfig`` fields (``auto_sizes``, ``auto_costs``,
+        ``draft_window``, ...)."""
         if rollout_actor is None:
             raise ValueError("DominoTreeRollout needs rollout_actor (the target model)")
         self.tcfg, params = _target_of(rollout_actor)
+        self.prompt_pads = _prompt_pads_for(rollout_actor, prompt_pads, tokenizer)
+        self._model_pad = rollout_actor.pad_id if isinstance(rollout_actor, TunixCausalLM) \
+            else None
         self.dcfg = drafter_config
         self._params = {"target": without_explicit_axes(params),
                         "drafter": without_explicit_axes(drafter_params)}
         self._tok = None if tokenizer is None else _Tokenizer(tokenizer)
         self._settings = dict(drafter=drafter_config, method=method, budget=budget,
-                              node_topk=node_topk, top_m=top_m)
-        self.return_features = return_features
+                              node_topk=node_topk, top_m=top_m, **decode_options)
+        self.return_features = bool(return_features or drafter_refresh)
+        return_features = self.return_features
+        # get_per_token_logps' temperature: RLCluster's TRAIN rollout config, as its trainer's
+        self._logp_temperature = (None if rollout_config is None
+                                  else float(rollout_config.temperature))
         DecodeConfig(target=self.tcfg, return_features=return_features,
                      **self._settings)  # bad settings fail here, not at the first rollout
         if method != "ar" and drafter_params is None:
             raise ValueError(f"method {method!r} needs drafter_params")
         self._key = jax.random.key(seed)
+        self.refresher = None
+        self.refresh_log: list[dict] = []
+        if drafter_refresh:
+            opts = {} if drafter_refresh is True else dict(drafter_refresh)
+            opts.setdefault("compiler_options", compiler_options)
+            self.refresher = DrafterRefresher(drafter_config, self.tcfg, drafter_params, **opts)
         self.traces: list[DecodeConfig] = []
         self.logp_traces: list[tuple] = []
         self.last: LastRollout | None = None
+        self._last_temperature = 1.0
         # budget="auto": the draft-size policy's state, carried from rollout to rollout per
         # (config, batch size), so each rollout starts from what the previous ones measured
         self._auto_states: dict[tuple, Any] = {}
@@ -180,14 +248,18 @@ class DominoTreeRollout(BaseRollout):
             return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
                           auto_state=auto_state)
 
-        def logps(target_params, prompt_BP, completion_BC, pad_id):
+        def logps(target_params, prompt_BP, completion_BC, pad_id, temperature):
             self.logp_traces.append(prompt_BP.shape + completion_BC.shape)
+            P = prompt_BP.shape[1]
+            real_BW = real_tokens(jnp.concatenate([prompt_BP, completion_BC], axis=1), pad_id,
+                                  self.prompt_pads)
             return jax.lax.stop_gradient(completion_logprobs(
-                target_params, self.tcfg, prompt_BP, completion_BC, prompt_BP != pad_id,
-                completion_BC != pad_id))
+                target_params, self.tcfg, prompt_BP, completion_BC, real_BW[:, :P],
+                real_BW[:, P:], temperature))
 
         self._decode = jax.jit(run, static_argnames="config", compiler_options=compiler_options)
-        self._logps = jax.jit(logps, static_argnames="pad_id", compiler_options=compiler_options)
+        self._logps = jax.jit(logps, static_argnames=("pad_id", "temperature"),
+                              compiler_options=compiler_options)
 
     # ------------------------------------------------------------------ BaseRollout
     def generate(self, prompts: Sequence[str | Sequence[int]], rollout_config: RolloutConfig,
@@ -203,12 +275,16 @@ class DominoTreeRollout(BaseRollout):
             width = _next_pow2(longest)
         B = len(ids)
         pad = self.pad_id() if self._tok is not None else 0
+        # what the target conditions on: under "drop" the trainer skips every pad id
+        cond = ids
+        if self.prompt_pads == "drop" and self._tok is not None:
+            cond = [[t for t in p if t != pad] or p[-1:] for p in ids]
         prompt_BT = np.full((B, width), pad, np.int32)
         left_BT = np.full((B, width), pad, np.int32)
-        for b, p in enumerate(ids):
-            prompt_BT[b, :len(p)] = p
+        for b, (p, c) in enumerate(zip(ids, cond)):
+            prompt_BT[b, :len(c)] = c
             left_BT[b, width - len(p):] = p
-        lengths_B = np.array([len(p) for p in ids], np.int32)
+        lengths_B = np.array([len(c) for c in cond], np.int32)
         stop = self._stop_ids(rc)
         config = self.decode_config(rc)
         key = self._key_for(rc.seed)
@@ -224,6 +300,10 @@ class DominoTreeRollout(BaseRollout):
             self._auto_states[state_key] = out.auto_state
         self.last = LastRollout(jnp.asarray(prompt_BT), jnp.asarray(lengths_B), out,
                                 time.perf_counter() - t0)
+        if rc.temperature is not None:
+            self._last_temperature = float(rc.temperature)
+        if self.refresher is not None:
+            self._refresh()
         tokens_BN = np.asarray(out.tokens)
         n_B = np.asarray(out.num_tokens)
         logp_BN = np.asarray(out.logprobs) if rc.return_logprobs else None
@@ -240,13 +320,21 @@ class DominoTreeRollout(BaseRollout):
                              left_padded_prompt_tokens=left_BT,
                              logprobs=logprobs if rc.return_logprobs else None)
 
-    def get_per_token_logps(self, prompt_tokens, completion_tokens) -> jax.Array:
-        """``[B, C]`` temperature-1 log-probs of the completions (tunix's layout: prompts
-        left-padded, completions right-padded with ``pad_id``), one teacher-forced forward."""
+    def get_per_token_logps(self, prompt_tokens, completion_tokens,
+                            temperature: float | None = None) -> jax.Array:
+        """``[B, C]`` log-probs of the completions (tunix's layout: prompts left-padded,
+        completions right-padded with ``pad_id``), one teacher-forced forward, as tunix's
+        trainer computes them: at ``temperature`` (default: the engine's rollout temperature,
+        module docstring; 0 is read as 1, as tunix does), the pad ids read per
+        ``prompt_pads``; 0 at completion padding."""
+        if temperature is None:
+            temperature = self._logp_temperature
+        if temperature is None:
+            temperature = self._last_temperature
         prompt, completion = without_explicit_axes(
             (jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(completion_tokens, jnp.int32)))
         return self._logps(self._params["target"], prompt, completion,
-                           pad_id=int(self.pad_id()))
+                           pad_id=int(self.pad_id()), temperature=float(temperature))
 
     def update_params(self, params, filter_types=None) -> None:
         """New target parameter values (a ``TargetModel``/``TunixCausalLM`` module or state,
@@ -275,7 +363,10 @@ class DominoTreeRollout(BaseRollout):
         return int(self._tok.eos_id())
 
     def model(self) -> TunixCausalLM:
-        return TunixCausalLM.from_params(self.tcfg, self._params["target"])
+        pad = None
+        if self.prompt_pads == "keep":
+            pad = self._model_pad if self._model_pad is not None else self.pad_id()
+        return TunixCausalLM.from_params(self.tcfg, self._params["target"], pad)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -287,6 +378,35 @@ class DominoTreeRollout(BaseRollout):
     def num_compilations(self) -> int:
         return len(self.traces)
 
+    def _refresh(self) -> None:
+        """One drafter step on the latest rollout's features; the engine decodes with the new
+        drafter from the next ``generate`` on."""
+        self._key, sub = jax.random.split(self._key)
+        m = self.refresher.step(self._params["target"], self.last, sub)
+        self.update_drafter_params(self.refresher.state)
+        self.refresh_log.append({**m, "step": self.refresher.num_steps,
+                                 "batch": int(self.last.out.tokens.shape[0])})
+
+    def tunix_metrics(self, **unused) -> dict:
+        """The latest rollout's acceptance (``rollout/tau``: tokens per target forward,
+        ``rollout/draft_size``: mean draft nodes per round, ``rollout/seconds``) and, with the
+        refresh on, its latest step (``refresh/*``), as ``(value, aggregation)`` pairs: pass
+        ``metric_fns=[engine.tunix_metrics]`` to a tunix learner (called once per rollout
+        micro-batch) and they reach tunix's metrics logger each global step."""
+        if self.last is None:
+            return {}
+        out = {"rollout/tau": (self.last.tau, np.mean),
+               "rollout/draft_size": (self.last.mean_draft_size, np.mean),
+               "rollout/seconds": (self.last.seconds, np.sum)}
+        if self.refresh_log:
+            r = self.refresh_log[-1]
+            out.update({"refresh/loss": (r["loss"], np.mean),
+                        "refresh/chain_tau_before": (r["chain_tau_before"], np.mean),
+                        "refresh/seconds": (r["seconds"], np.sum),
+                        "refresh/temp_bytes": (r.get("temp_bytes", 0), np.max),
+                        "refresh/logits_bytes": (r["logits_bytes"], np.max)})
+        return out
+
     def decode_config(self, rc: RolloutConfig) -> DecodeConfig:
         """The ``DecodeConfig`` a ``RolloutConfig`` maps to (one compiled program each)."""
         top_k = 0 if rc.top_k is None or rc.top_k < 0 else int(rc.top_k)
@@ -295,12 +415,15 @@ class DominoTreeRollout(BaseRollout):
                             temperature=float(rc.temperature), top_k=top_k, top_p=top_p,
                             stop_ids=self._stop_ids(rc),
                             return_logprobs=bool(rc.return_logprobs),
+                            logprobs_filtered=False,
                             return_features=self.return_features, **self._settings)
 
     def _stop_ids(self, rc: RolloutConfig) -> tuple[int, ...]:
-        if rc.eos_tokens:
-            return tuple(int(t) for t in rc.eos_tokens)
-        return (self.eos_id(),) if self._tok is not None else ()
+        stop = [int(t) for t in rc.eos_tokens] if rc.eos_tokens else (
+            [self.eos_id()] if self._tok is not None else [])
+        if self._tok is not None and self.pad_id() not in stop:
+            stop.append(self.pad_id())   # the trainer masks pad ids: a completion ends there
+        return tuple(stop)
 
     def _encode(self, prompt) -> list[int]:
         if not isinstance(prompt, str) and np.asarray(prompt).dtype.kind in "USO":

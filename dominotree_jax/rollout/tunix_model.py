@@ -5,6 +5,13 @@ run it: ``model(tokens, positions, cache, attention_mask) -> (logits, cache)``.
 by ``init_cache`` (``attention_mask [B, T, S]`` over its slots; new keys/values are written at
 ``end_index``). Masks are True where a query may attend, as in tunix.
 
+Pad ids inside prompts: tunix's trainer masks every token equal to ``pad_id`` (positions skip
+it, no query attends to it). ``TunixCausalLM(target, pad_id=p)`` instead treats only the
+leading run of ``p`` (left padding) and the trailing run (completion padding) as padding in a
+teacher-forced call (``cache is None``), recomputing positions and the causal mask itself, so
+the trainer scores the context the rollout engine conditioned on (``prompt_pads="keep"``,
+docs/rl.md). ``pad_id=None``: tunix's positions and mask are used as given.
+
 Explicit mesh axes: tunix's trainer shards the batch over its mesh (``P("fsdp")``) and puts the
 parameters on that mesh; with ``jax.make_mesh``'s default ``AxisType.Explicit`` axes those types
 travel into the forward, whose cache writes then fail the explicit-sharding checks (the cache
@@ -25,6 +32,7 @@ from jax.sharding import AxisType, PartitionSpec as P
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.target import TargetModel, bind_target
+from dominotree_jax.rollout.masked_forward import real_tokens
 
 
 def explicit_mesh_of(*trees):
@@ -64,17 +72,31 @@ def _forward(target: TargetModel, tokens, positions, mask, kv, end_index):
     return target.logits(out.hidden), (out.cache.k, out.cache.v)
 
 
+def edge_padded_inputs(tokens_BW, pad_id: int):
+    """Positions ``[B, W]`` and causal mask ``[B, W, W]`` where only the leading and trailing
+    runs of ``pad_id`` are padding."""
+    valid_BW = real_tokens(tokens_BW, pad_id, "keep")
+    pos_BW = jnp.maximum(jnp.cumsum(valid_BW.astype(jnp.int32), axis=1) - 1, 0)
+    col_W = jnp.arange(tokens_BW.shape[1])
+    mask_BWW = (col_W[None, None, :] <= col_W[None, :, None]) & valid_BW[:, None, :]
+    return pos_BW, mask_BWW
+
+
 class TunixCausalLM(nnx.Module):
-    def __init__(self, target: TargetModel):
+    def __init__(self, target: TargetModel, pad_id: int | None = None):
+        """``pad_id``: the pad id whose occurrences inside a sequence are real tokens in
+        teacher-forced calls (module docstring); ``None``: tunix's masks as given."""
         cfg = target.cfg
         self.target = target
+        self.pad_id = None if pad_id is None else int(pad_id)
         self.config = TunixModelConfig(cfg.num_hidden_layers, cfg.num_key_value_heads,
                                        cfg.head_dim)
         self.num_embed = cfg.vocab_size
 
     @classmethod
-    def from_params(cls, tcfg: TargetConfig, params) -> "TunixCausalLM":
-        return cls(bind_target(tcfg, params))
+    def from_params(cls, tcfg: TargetConfig, params, pad_id: int | None = None
+                    ) -> "TunixCausalLM":
+        return cls(bind_target(tcfg, params), pad_id)
 
     def init_cache(self, batch_size: int, cache_size: int, dtype) -> dict:
         cfg = self.target.cfg
@@ -85,6 +107,8 @@ class TunixCausalLM(nnx.Module):
     def __call__(self, input_tokens, positions, cache, attention_mask, **unused):
         kv = None if cache is None else (cache["k"], cache["v"])
         end = None if cache is None else cache["end_index"]
+        if cache is None and self.pad_id is not None:
+            positions, attention_mask = edge_padded_inputs(input_tokens, self.pad_id)
         args = (input_tokens, positions, attention_mask, kv, end)
         mesh = explicit_mesh_of(args, nnx.state(self.target))
         if mesh is None:
