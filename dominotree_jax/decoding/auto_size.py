@@ -50,7 +50,8 @@ COSTS_VERSION = 1
 # The draft (the drafter's block forward + chain/tree build) costs ``DEFAULT_DRAFT`` AR steps at
 # batch 1 and grows with its ``8 B`` block rows by the same model.
 DEFAULT_ROW_SLOPE = 0.1
-DEFAULT_DRAFT = (("dflash", 0.5), ("domino", 0.9), ("ddtree", 0.5), ("dominotree", 0.55))
+DEFAULT_DRAFT = (("dflash", 0.5), ("domino", 0.9), ("ddtree", 0.5), ("condstatic", 0.55),
+                 ("dominotree", 0.55))
 DEFAULT_ROWS = (1, 3, 5, 9, 17, 33)
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 DRAFT_BLOCK_ROWS = 8
@@ -136,7 +137,7 @@ class CostTable:
 def default_sizes(method: str, num_draft_positions: int) -> tuple[int, ...]:
     """Trees: ``0, 2, 4, 8, 16`` nodes; chains: ``0, 2, 4, 8, ...`` capped at (and ending
     with) the drafter's ``J`` positions."""
-    if method in ("ddtree", "dominotree"):
+    if method in ("ddtree", "condstatic", "dominotree"):
         return (0, 2, 4, 8, 16)
     J = num_draft_positions
     sizes, n = [0], 2
