@@ -117,7 +117,8 @@ def plan_batches(items: list[tuple[list[int], str]], batch: int) -> list[tuple[i
 def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int], str]], *,
                      batch: int, max_new: int, seed: int, deadline: float | None = None,
                      max_batches: int | None = None, temperature: float = 0.0,
-                     store_topk: int = 0, log: Callable[[str], None] = print) -> dict:
+                     store_topk: int = 0, extra_info: dict | None = None,
+                     log: Callable[[str], None] = print) -> dict:
     """Answer every not-yet-answered prompt of ``items`` (``(chat-templated ids, source)``),
     appending one ``answers`` shard per batch; stops starting batches after ``deadline``
     (epoch seconds) or ``max_batches``. ``temperature > 0`` samples (key from the seed and the
@@ -150,7 +151,8 @@ def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int],
                 for r, i in enumerate(idx)]
         info = {"generator": "dominotree_jax.decode(method='ar')", "temperature": temperature,
                 "max_new_tokens": max_new, "batch": batch, "prompt_width": width, "seed": seed,
-                "gen_seconds": round(dt, 2), "capped_rows": int(np.sum(num >= max_new))}
+                "gen_seconds": round(dt, 2), "capped_rows": int(np.sum(num >= max_new)),
+                **(extra_info or {})}
         topk = answer_topk(target, rows, store_topk, width + max_new) if store_topk else None
         e = store.append("answers", rows, info, topk=topk)
         stats["batches"] += 1
