@@ -36,7 +36,7 @@ def main(argv=None):
     ap.add_argument("--prompt", default=DEFAULT_PROMPT)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--method", default="dominotree",
-                    choices=["dominotree", "ddtree", "domino", "dflash"])
+                    choices=["dominotree", "condstatic", "ddtree", "domino", "dflash"])
     ap.add_argument("--budget", default="auto",
                     help="draft nodes per round: 'auto' (chosen per round by cost) or a number")
     ap.add_argument("--model", default=None, help="target .gguf / HF dir / orbax dir")

@@ -195,7 +195,8 @@ def main(argv=None):
     from dominotree_jax.decoding import costs
 
     pair, target_name, drafter_name = load_models(args.target, args.drafter)
-    methods = usable_methods(("dflash", "domino", "ddtree", "dominotree"), pair.drafter_config)
+    methods = usable_methods(("dflash", "domino", "ddtree", "condstatic", "dominotree"),
+                             pair.drafter_config)
     print(f"calibrating {target_name} + {drafter_name} on {jax.default_backend()} "
           f"({jax.devices()[0]}); rows {rows}, methods {methods}", file=sys.stderr)
     tables = tuple(calibrate_batch(pair, b, rows, methods, context=args.context,

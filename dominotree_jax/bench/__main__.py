@@ -1,7 +1,7 @@
 """Benchmark the decoding methods on HumanEval, MT-Bench and MATH500 prompts (batch 1).
 
     python -m dominotree_jax.bench [--datasets humaneval,mtbench,math500]
-        [--methods ar,dflash,domino,ddtree,dominotree] [--temperatures 0,0.5,1]
+        [--methods ar,dflash,domino,ddtree,condstatic,dominotree] [--temperatures 0,0.5,1]
         [--num-prompts 3] [--max-new-tokens 80] [--budget 16 --node-topk 8 --top-m 64]
         [--no-auto | --auto-only]
         [--drafter DIR|random] [--target PATH] [--out benchmarks/results]

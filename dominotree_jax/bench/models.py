@@ -67,7 +67,7 @@ def usable_methods(methods, drafter_cfg) -> tuple[str, ...]:
     """``methods`` without the Domino ones when the drafter has no Domino head (warns)."""
     if drafter_cfg.is_domino:
         return tuple(methods)
-    dropped = [m for m in methods if m in ("domino", "dominotree")]
+    dropped = [m for m in methods if m in ("domino", "condstatic", "dominotree")]
     if dropped:
         print(f"WARNING: the drafter has no Domino head: skipping {dropped}", file=sys.stderr)
     return tuple(m for m in methods if m not in dropped)

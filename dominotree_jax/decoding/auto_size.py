@@ -56,7 +56,7 @@ PROBE_SHARE = 0.04     # base probe gap >= draft cost / this: a useless drafter'
 def default_sizes(method: str, num_draft_positions: int) -> tuple[int, ...]:
     """Trees: ``0, 2, 4, 8, 16`` nodes; chains: ``0, 2, 4, 8, ...`` capped at (and ending
     with) the drafter's ``J`` positions."""
-    if method in ("ddtree", "dominotree"):
+    if method in ("ddtree", "condstatic", "dominotree"):
         return (0, 2, 4, 8, 16)
     J = num_draft_positions
     sizes, n = [0], 2

@@ -8,7 +8,7 @@ from typing import Any
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.decoding import auto_size, costs as round_costs
 from dominotree_jax.sampling import validate_sampling
-from dominotree_jax.tree.builder import TREE_METHODS, check_settings
+from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, TREE_METHODS, check_settings
 
 CHAIN_METHODS = ("dflash", "domino")
 METHODS = ("ar",) + CHAIN_METHODS + TREE_METHODS
@@ -84,7 +84,7 @@ class DecodeConfig:
                            method=self.method, budget=self.num_draft_nodes,
                            node_topk=self.node_topk,
                            top_m=self.top_m, prefix_len=self.drafter.pure_draft_prefix_len)
-        if self.method in ("domino", "dominotree") and not self.drafter.is_domino:
+        if self.method in ("domino",) + CORRECTED_TREE_METHODS and not self.drafter.is_domino:
             raise ValueError(f"method {self.method!r} needs a Domino drafter "
                              "(projector_type 'domino')")
         bad = [s for s in self.stop_ids if not 0 <= s < self.target.vocab_size]

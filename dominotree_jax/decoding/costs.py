@@ -31,7 +31,8 @@ COSTS_VERSION = 1
 # The draft (the drafter's block forward + chain/tree build) costs ``DEFAULT_DRAFT`` AR steps at
 # batch 1 and grows with its ``8 B`` block rows by the same model.
 DEFAULT_ROW_SLOPE = 0.1
-DEFAULT_DRAFT = (("dflash", 0.5), ("domino", 0.9), ("ddtree", 0.5), ("dominotree", 0.55))
+DEFAULT_DRAFT = (("dflash", 0.5), ("domino", 0.9), ("ddtree", 0.5), ("condstatic", 0.55),
+                 ("dominotree", 0.55))
 DEFAULT_ROWS = (1, 3, 5, 9, 17, 33)
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 DRAFT_BLOCK_ROWS = 8

@@ -1,6 +1,6 @@
 """Step 1 of a round, drafting (docs/algorithm.md §2–4): nothing (``ar``), a chain (``dflash``,
-``domino``) or a best-first tree (``ddtree``, ``dominotree``), all returned in one tree layout
-(``Draft``) for verification.
+``domino``) or a best-first tree (``ddtree``, ``condstatic``, ``dominotree``), all returned in
+one tree layout (``Draft``) for verification.
 
 ``draft_round`` runs the drafter's block forward and then ``chain_draft`` or ``tree_draft`` on
 its outputs; benchmarks call those two directly to time the stages apart.
@@ -17,6 +17,7 @@ from dominotree_jax.decoding.config import CHAIN_METHODS, DecodeConfig
 from dominotree_jax.domino_head import dflash_chain, domino_chain
 from dominotree_jax.model.drafter import bind_drafter
 from dominotree_jax.tree import Tree, build_tree_from_head, chain_tree, tree_attention
+from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Bool, Float, Int
@@ -89,9 +90,10 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) ->
 
 
 def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> Draft:
-    """Best-first tree of ``num_draft_nodes`` per batch row (``ddtree`` marginal, ``dominotree``
-    conditional on the path through the Domino head)."""
-    head = drafter.head_weights(target) if config.method == "dominotree" else None
+    """Best-first tree of ``num_draft_nodes`` per batch row (``ddtree`` marginal,
+    ``condstatic`` one correction per depth along the greedy path, ``dominotree`` conditional
+    on each node's path through the Domino head)."""
+    head = (drafter.head_weights(target) if config.method in CORRECTED_TREE_METHODS else None)
 
     def one(base_JV, z_JH, t0):
         return build_tree_from_head(base_JV, z_JH, t0, head, method=config.method,

@@ -24,7 +24,12 @@ import time
 RUN_FIELDS = ("data", "shards", "layers", "intermediate", "taps", "block_size", "gru", "emb",
               "mask_token_id", "steps", "batch", "anchors", "seq_len", "lr", "warmup", "gamma",
               "soft", "curriculum", "train_vocab", "heldout_pct", "warm_start", "grow_layers",
-              "seed")
+              "seed", "layer_init", "anchor_mode", "until_fail", "until_fail_floor", "soft_topk",
+              "lam_hold", "lam_ramp", "lam_end")
+# Settings added after v3: a run.json written before them gets these values (the old recipe).
+RUN_DEFAULTS = {"layer_init": "random", "anchor_mode": "sample", "until_fail": False,
+                "until_fail_floor": 0.0, "soft_topk": 0.0, "lam_hold": 0.0, "lam_ramp": 0.5,
+                "lam_end": 0.0}
 
 
 def parse_args(argv=None):
@@ -73,6 +78,26 @@ def parse_args(argv=None):
                    help="weight of soft targets (the target's distribution) vs hard labels")
     p.add_argument("--no-curriculum", dest="curriculum", action="store_false",
                    help="λ = 0 from the start (warm starts)")
+    # recipe options (docs/training.md)
+    p.add_argument("--lam-hold", type=float, default=0.0,
+                   help="curriculum: fraction of the steps at λ = 1 (base logits only)")
+    p.add_argument("--lam-ramp", type=float, default=0.5,
+                   help="curriculum: then λ falls linearly over this fraction of the steps")
+    p.add_argument("--lam-end", type=float, default=0.0,
+                   help="curriculum: final λ (> 0 keeps training the base head)")
+    p.add_argument("--layer-init", choices=("random", "target"), default="random",
+                   help="'target': a new drafter's layers start as the target's last layers")
+    p.add_argument("--anchor-mode", choices=("sample", "all"), default="sample",
+                   help="'all': every valid position is an anchor, --anchors is the cap per "
+                   "sequence (answer positions first)")
+    p.add_argument("--until-fail", action="store_true",
+                   help="accept-until-fail weighting: per block and head, no loss after the "
+                   "head's first wrong depth")
+    p.add_argument("--until-fail-floor", type=float, default=0.0,
+                   help="weight kept by the depths after the first wrong one")
+    p.add_argument("--soft-topk", type=float, default=0.0,
+                   help="weight of KL to the stored top-k target logits (data collected "
+                   "with --store-topk)")
     p.add_argument("--train-vocab", type=int, default=0,
                    help="0 = full-vocabulary softmax; N = only every token of the data plus "
                    "the first N ids (cheaper on a CPU; evaluation is always full-vocabulary)")
@@ -106,9 +131,11 @@ def run_settings(args) -> dict:
     path = os.path.join(args.out, "run.json")
     if os.path.exists(path):
         with open(path) as f:
-            return json.load(f)
+            return {**RUN_DEFAULTS, **json.load(f)}
     from dominotree_jax.train.shards import ShardStore
     run = {k: getattr(args, k) for k in RUN_FIELDS}
+    if run["layer_init"] == "target" and run["warm_start"]:
+        raise SystemExit("--layer-init target starts a new drafter; drop --warm-start")
     if run["shards"] is None:
         run["shards"] = len(ShardStore(args.data).entries("answers"))
     with open(path, "w") as f:
@@ -179,7 +206,8 @@ def _trainer(args, target):
     tc = TrainConfig(steps=run["steps"], batch=run["batch"], anchors=run["anchors"],
                      lr=run["lr"], warmup=run["warmup"], gamma=run["gamma"], soft=run["soft"],
                      curriculum=run["curriculum"], seed=run["seed"],
-                     ckpt_every_s=args.ckpt_minutes * 60)
+                     ckpt_every_s=args.ckpt_minutes * 60,
+                     **{k: run[k] for k in RUN_DEFAULTS})
     p_tr, a_tr = ds.num_tokens(train_ids)
     _log(args.out, f"{len(ds)} sequences from {run['shards']} shards: {len(train_ids)} train "
          f"({p_tr} prompt + {a_tr} answer tokens), {len(held_ids)} held out")

@@ -9,6 +9,14 @@ target itself (``self_prompts``); each answer batch takes up to ``--request-shar
 from the stored requests that have no answer yet. Every batch is one shard, appended to
 ``manifest.json`` as soon as it is done; stop it any time (a killed run loses only the batch in
 flight) and run it again, with the same or another seed, to continue.
+
+v4 options (docs/training.md), all off by default so a plain run behaves as before:
+``--prompt-mix v4`` (more kinds of prompt, ``prompts.build_prompts_v4``, answers up to 512
+tokens unless ``--max-new`` says otherwise), ``--followup-share`` (multi-turn prompts: a
+follow-up question on one of the target's own earlier answers to this seed's prompts),
+``--sample-share`` (that share of the answer batches sampled at ``--sample-temperature``
+instead of greedy) and ``--store-topk K`` (the target's top-K logits of every answer token, for
+soft targets). The manifest records each shard's temperature, top-k and prompt mix.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import time
 
 
 MAX_PROMPT_TOKENS = 256   # chat-templated; longer corpus prompts are skipped
+MAX_FOLLOWUP_TOKENS = 768  # a follow-up turn carries the first question and its answer
+DEFAULT_MAX_NEW = {"v3": 160, "v4": 512}
 
 
 def parse_args(argv=None):
@@ -30,7 +40,16 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1, help="prompt pool and sampling seed")
     p.add_argument("--num-prompts", type=int, default=12000, help="template/corpus pool size")
     p.add_argument("--batch", type=int, default=48)
-    p.add_argument("--max-new", type=int, default=160)
+    p.add_argument("--max-new", type=int, default=None,
+                   help="answer length cap (default 160 with --prompt-mix v3, 512 with v4)")
+    p.add_argument("--prompt-mix", choices=("v3", "v4"), default="v3")
+    p.add_argument("--followup-share", type=float, default=0.0,
+                   help="share of each answer batch taken from multi-turn follow-ups")
+    p.add_argument("--sample-share", type=float, default=0.0,
+                   help="share of the answer batches sampled at --sample-temperature")
+    p.add_argument("--sample-temperature", type=float, default=0.7)
+    p.add_argument("--store-topk", type=int, default=0,
+                   help="store the target's top-K logits of every answer token (0: no)")
     p.add_argument("--minutes", type=float, default=None, help="stop starting batches after")
     p.add_argument("--until", default=None, help="UTC HH:MM: stop starting batches after")
     p.add_argument("--max-batches", type=int, default=None, help="answer batches at most")
@@ -58,12 +77,13 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {msg}", flush=True)
 
 
-def pool_items(tokenizer, seed: int, num: int, bench, known: set[str]):
+def pool_items(tokenizer, seed: int, num: int, bench, known: set[str], mix: str = "v3"):
     """Chat-templated ids of the seed's template/corpus prompts that pass the filters."""
-    from dominotree_jax.train.prompts import build_prompts
+    from dominotree_jax.train.prompts import build_prompts, build_prompts_v4
     from dominotree_jax.train.self_prompts import normalize
     out, dropped = [], {"benchmark_overlap": 0, "too_long": 0}
-    for p in build_prompts(num, seed):
+    build = build_prompts_v4 if mix == "v4" else build_prompts
+    for p in build(num, seed):
         if not bench.ok(p["text"]):
             dropped["benchmark_overlap"] += 1
             continue
@@ -73,13 +93,52 @@ def pool_items(tokenizer, seed: int, num: int, bench, known: set[str]):
             dropped["too_long"] += 1
             continue
         known.add(normalize(p["text"]))
-        out.append((ids, p["source"]))
-    return out, dropped
+        out.append((ids, p["source"], p["text"]))
+    return [(ids, src) for ids, src, _ in out], dropped, [t for _, _, t in out]
+
+
+def followup_items(tokenizer, store, texts: list[str], bench, seed: int, eos_ids) -> list:
+    """Multi-turn prompts ``(ids, source)``: for each of ``texts`` (this seed's prompts) that
+    already has an answer in ``store``, the conversation [that prompt, the target's answer, a
+    follow-up question] (``prompts.FOLLOW_UPS``), chat-templated with the generation prompt.
+    Conversations that overlap a benchmark or exceed ``MAX_FOLLOWUP_TOKENS`` are skipped."""
+    from dominotree_jax.train.generate import prompt_key
+    from dominotree_jax.train.prompts import FOLLOW_UPS
+    rng = random.Random(seed * 7919 + 1)
+    answers = {prompt_key(t[:p]): (t[p:], src) for t, p, src in store.rows("answers")}
+    out = []
+    for text in texts:
+        ids = list(tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                 add_generation_prompt=True, return_dict=False))
+        hit = answers.get(prompt_key(ids))
+        if hit is None or hit[1].startswith("followup"):
+            continue
+        ans = [int(t) for t in hit[0] if int(t) not in set(eos_ids)]
+        reply = tokenizer.decode(ans, skip_special_tokens=True).strip()
+        follow = rng.choice(FOLLOW_UPS)
+        if not reply or not bench.ok(reply + "\n" + follow):
+            continue
+        conv = [{"role": "user", "content": text}, {"role": "assistant", "content": reply},
+                {"role": "user", "content": follow}]
+        fids = list(tokenizer.apply_chat_template(conv, add_generation_prompt=True,
+                                                  return_dict=False))
+        if len(fids) <= MAX_FOLLOWUP_TOKENS:
+            out.append((fids, f"followup:{hit[1]}"))
+    return out
+
+
+def sampled_batch(n: int, share: float) -> bool:
+    """Whether answer batch ``n`` (0, 1, …) of a run is sampled: ``share`` of them, spread
+    evenly (batch ``n`` is sampled when ``floor((n + 1)·share) > floor(n·share)``)."""
+    import math
+    return share > 0 and math.floor((n + 1) * share) > math.floor(n * share)
 
 
 def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_new: int,
             deadline: float | None, max_batches: int | None, request_every: int,
-            request_share: float, request_temperature: float = 1.0) -> dict:
+            request_share: float, request_temperature: float = 1.0, prompt_mix: str = "v3",
+            followup_share: float = 0.0, sample_share: float = 0.0,
+            sample_temperature: float = 0.7, store_topk: int = 0) -> dict:
     from dominotree_jax.train.generate import answered_keys, generate_answers, prompt_key
     from dominotree_jax.train.overlap import BenchmarkFilter
     from dominotree_jax.train.self_prompts import generate_requests, normalize, pending_requests
@@ -92,9 +151,17 @@ def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_n
         known: set[str] = set()
         for t, _, _ in store.rows("requests"):
             known.add(normalize(target.tokenizer.decode(t.tolist())))
-        pool, dropped = pool_items(target.tokenizer, seed, num_prompts, bench, known)
+        for name, v in (("followup_share", followup_share), ("sample_share", sample_share)):
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {v}")
+        pool, dropped, texts = pool_items(target.tokenizer, seed, num_prompts, bench, known,
+                                          prompt_mix)
         answered = answered_keys(store)
         pool = [it for it in pool if prompt_key(it[0]) not in answered]
+        follow = (followup_items(target.tokenizer, store, texts, bench, seed,
+                                 target.eos_ids) if followup_share else [])
+        follow = [it for it in follow if prompt_key(it[0]) not in answered]
+        random.Random(seed + 1).shuffle(follow)
         log(f"{data}: {store.totals()}; pool for seed {seed}: {len(pool)} unanswered "
             f"(dropped {dropped}); benchmark sets checked {bench.sets}")
         random.Random(seed).shuffle(pool)
@@ -110,13 +177,20 @@ def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_n
             answered = answered_keys(store)
             req = pending_requests(store, answered)[:int(batch * request_share)]
             pool = [it for it in pool if prompt_key(it[0]) not in answered]
-            if not req and not pool:
+            follow = [it for it in follow if prompt_key(it[0]) not in answered]
+            fol = follow[:int(batch * followup_share)]
+            if not req and not pool and not fol:
                 log("nothing left to answer")
                 break
-            # One batch: the pending requests first, then the pool in its shuffled order.
-            items = req + pool
+            # One batch: the pending requests and follow-ups first, then the pool in its
+            # shuffled order.
+            items = req + fol + pool
+            temp = sample_temperature if sampled_batch(total["answer_batches"],
+                                                       sample_share) else 0.0
             s = generate_answers(target, store, items, batch=batch, max_new=max_new,
-                                 seed=seed, deadline=deadline, max_batches=1, log=log)
+                                 seed=seed, deadline=deadline, max_batches=1, log=log,
+                                 temperature=temp, store_topk=store_topk,
+                                 extra_info={"prompt_mix": prompt_mix})
             if s["batches"] == 0:
                 break
             total["answer_batches"] += 1
@@ -133,10 +207,14 @@ def main(argv=None):
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
     target = dj.load_target(args.target or smollm2_gguf_path())
+    max_new = DEFAULT_MAX_NEW[args.prompt_mix] if args.max_new is None else args.max_new
     collect(target, args.data, seed=args.seed, num_prompts=args.num_prompts, batch=args.batch,
-            max_new=args.max_new, deadline=deadline_from(args.minutes, args.until),
+            max_new=max_new, deadline=deadline_from(args.minutes, args.until),
             max_batches=args.max_batches, request_every=args.request_every,
-            request_share=args.request_share, request_temperature=args.request_temperature)
+            request_share=args.request_share, request_temperature=args.request_temperature,
+            prompt_mix=args.prompt_mix, followup_share=args.followup_share,
+            sample_share=args.sample_share, sample_temperature=args.sample_temperature,
+            store_topk=args.store_topk)
     return 0
 
 

@@ -31,9 +31,16 @@ class SequenceDataset:
                  max_shards: int | None = None):
         self.store, self.features, self.seq_len = store, features, seq_len
         self.shards, self.index, self.sources = [], [], []
+        self.topk_k = 0   # K of the stored top-k target logits (0: no shard has them)
         names = store.manifest["sources"]
         for entry in store.entries("answers")[:max_shards]:
             shard = store.read(entry)
+            if "topk_ids" in shard:
+                k = shard["topk_ids"].shape[1]
+                if self.topk_k and k != self.topk_k:
+                    raise ValueError(f"{entry['file']} stores top-{k} logits, earlier shards "
+                                     f"top-{self.topk_k}: one K per data set")
+                self.topk_k = k
             s = len(self.shards)
             self.shards.append((shard, features.get(entry, shard)))
             for r in range(len(shard["lengths"])):
@@ -84,6 +91,29 @@ class SequenceDataset:
         return t, f[:, :self.feat_dim], f[:, self.feat_dim:], L - lo, E - lo
 
 
+    def get_topk(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """The stored top-k target logits of sequence ``j``, aligned with ``get(j)``: ``(ids
+        [W, K] int32, logits [W, K] float32)``; row ``p`` is the target's top-k at position
+        ``p`` (predicting token ``p + 1``), ids ``-1`` where nothing is stored (prompt
+        positions, the last token, shards without top-k, padding)."""
+        K, W = self.topk_k, self.seq_len
+        ids = np.full((W, K), -1, np.int32)
+        vals = np.zeros((W, K), np.float32)
+        s, r = self.index[j]
+        shard = self.shards[s][0]
+        if K == 0 or "topk_ids" not in shard:
+            return ids, vals
+        E, L = int(shard["lengths"][r]), int(shard["prompt_lengths"][r])
+        lo = max(0, E - W)
+        a0 = int(shard["answer_offsets"][r])
+        # Entry i of the row is position L - 1 + i; keep the positions inside the crop.
+        p = np.arange(L - 1, E - 1)
+        keep = p >= lo
+        ids[p[keep] - lo] = shard["topk_ids"][a0:a0 + E - L][keep]
+        vals[p[keep] - lo] = shard["topk_logits"][a0:a0 + E - L][keep]
+        return ids, vals
+
+
 def active_vocab(ds: SequenceDataset, vocab_size: int, first: int = 8192,
                  multiple: int = 512) -> np.ndarray:
     """Sorted token ids a subset softmax runs over: every token of the data plus the
@@ -99,24 +129,55 @@ def active_vocab(ds: SequenceDataset, vocab_size: int, first: int = 8192,
     return np.flatnonzero(seen).astype(np.int32)
 
 
+ANCHOR_MODES = ("sample", "all")
+
+
+def all_anchors(L: int, E: int, cap: int, rng: np.random.Generator) -> np.ndarray:
+    """Every valid anchor of a sequence (``1 <= a <= E - 2``) when there are at most ``cap``;
+    otherwise ``cap`` of them: the answer positions (``a >= L - 1``) first, a random subset of
+    them when they alone exceed ``cap``, the rest drawn at random among prompt positions.
+    Sorted; fewer than ``cap`` when the sequence is short."""
+    lo_ans = max(L - 1, 1)
+    ans, pro = np.arange(lo_ans, E - 1), np.arange(1, min(lo_ans, E - 1))
+    if len(ans) + len(pro) <= cap:
+        return np.concatenate([pro, ans]).astype(np.int32)
+    if len(ans) >= cap:
+        return np.sort(rng.choice(ans, cap, replace=False)).astype(np.int32)
+    return np.sort(np.concatenate([ans, rng.choice(pro, cap - len(ans), replace=False)])
+                   ).astype(np.int32)
+
+
 def make_batch(ds: SequenceDataset, seq_ids, *, anchors: int, block: int,
-               rng: np.random.Generator, answer_frac: float = 0.85) -> dict:
+               rng: np.random.Generator, answer_frac: float = 0.85,
+               anchor_mode: str = "sample") -> dict:
     """A training batch: ``tokens [B, W]``, ``feats [B, W, F]``, ``hidden [B, W, H]``,
     ``anchors [B, A]``, ``labels [B, A, block+1]`` (``x_a … x_{a+block}``; ``-1`` past the
     end) and ``soft_pos [B, A, block]`` (the position whose target distribution predicts each
-    label, ``a + d``; ``-1`` where the label is missing).
+    label, ``a + d``; ``-1`` where the label is missing); with stored top-k logits
+    (``ds.topk_k > 0``) also ``topk_ids``/``topk_logits [B, W, K]`` (``get_topk``).
 
-    Anchors are drawn without replacement among positions ``a`` with at least one label
-    (``a + 1 < total``), ``answer_frac`` of them in the answer part when it is long enough.
+    ``anchor_mode="sample"``: ``anchors`` positions drawn without replacement among positions
+    ``a`` with at least one label (``a + 1 < total``), ``answer_frac`` of them in the answer
+    part when it is long enough (short sequences repeat anchors). ``"all"``: every valid
+    position, ``anchors`` being the cap per sequence (``all_anchors``); unused anchor slots of
+    a short sequence get all labels ``-1`` (they weigh nothing).
     """
+    if anchor_mode not in ANCHOR_MODES:
+        raise ValueError(f"anchor_mode must be one of {ANCHOR_MODES}, got {anchor_mode!r}")
     B, W = len(seq_ids), ds.seq_len
     tokens = np.full((B, W), -1, np.int32)
     feats = np.zeros((B, W, ds.feat_dim), np.float16)
     hidden = np.zeros((B, W, ds.hidden_dim), np.float16)
     anc = np.zeros((B, anchors), np.int32)
+    unused = np.zeros((B, anchors), bool)
     for i, j in enumerate(seq_ids):
         t, f, h, L, E = ds.get(int(j))
         tokens[i], feats[i], hidden[i] = t, f, h
+        if anchor_mode == "all":
+            a = all_anchors(L, E, anchors, rng)
+            anc[i, :len(a)] = a
+            unused[i, len(a):] = True
+            continue
         lo_ans = max(L - 1, 1)
         ans = np.arange(lo_ans, E - 1)
         pro = np.arange(1, min(lo_ans, E - 1))
@@ -132,14 +193,19 @@ def make_batch(ds: SequenceDataset, seq_ids, *, anchors: int, block: int,
     idx = anc[:, :, None] + np.arange(block + 1)[None, None, :]
     labels = np.take_along_axis(tokens[:, None, :].repeat(anchors, 1),
                                 np.minimum(idx, W - 1), axis=2)
-    labels = np.where(idx < W, labels, -1).astype(np.int32)
+    labels = np.where((idx < W) & ~unused[:, :, None], labels, -1).astype(np.int32)
     soft_pos = np.where(labels[:, :, 1:] >= 0, idx[:, :, :block], -1).astype(np.int32)
-    return {"tokens": tokens, "feats": feats, "hidden": hidden, "anchors": anc,
-            "labels": labels, "soft_pos": soft_pos}
+    out = {"tokens": tokens, "feats": feats, "hidden": hidden, "anchors": anc,
+           "labels": labels, "soft_pos": soft_pos}
+    if ds.topk_k:
+        both = [ds.get_topk(int(j)) for j in seq_ids]
+        out["topk_ids"] = np.stack([b[0] for b in both])
+        out["topk_logits"] = np.stack([b[1] for b in both])
+    return out
 
 
 def batch_stream(ds: SequenceDataset, ids: np.ndarray, *, batch: int, anchors: int, block: int,
-                 seed: int, start_step: int = 0) -> Iterator[dict]:
+                 seed: int, start_step: int = 0, anchor_mode: str = "sample") -> Iterator[dict]:
     """Deterministic infinite stream of batches; batch ``k`` depends only on (seed, k)."""
     per_epoch = max(1, len(ids) // batch)
     step = start_step
@@ -150,5 +216,5 @@ def batch_stream(ds: SequenceDataset, ids: np.ndarray, *, batch: int, anchors: i
         if len(seq) < batch:
             seq = np.resize(perm, batch)
         rng = np.random.default_rng((seed, 1_000_003, step))
-        yield make_batch(ds, seq, anchors=anchors, block=block, rng=rng)
+        yield make_batch(ds, seq, anchors=anchors, block=block, rng=rng, anchor_mode=anchor_mode)
         step += 1

@@ -9,6 +9,7 @@ every prompt that already has an answer (``answered_keys``), so runs append to t
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable, Iterable
 
@@ -23,6 +24,37 @@ from dominotree_jax.train.shards import ShardStore
 PROMPT_BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
 
 _decode = jax.jit(decode, static_argnames="config")
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "k"))
+def _topk_logits(tparams, tokens_BT, *, cfg, k: int):
+    """The target's ``k`` largest next-token logits at every position of a causal forward:
+    ``(ids [B, T, k] int32, logits [B, T, k] float32)``, descending."""
+    from dominotree_jax.model.cache import KVCache
+    from dominotree_jax.model.target import bind_target, causal_mask
+    B, T = tokens_BT.shape
+    model = bind_target(cfg, tparams)
+    cache = KVCache.zeros(cfg.num_hidden_layers, B, T, cfg.num_key_value_heads, cfg.head_dim,
+                          jax.tree.leaves(tparams)[0].dtype)
+    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    out = model(tokens_BT, pos, causal_mask(B, T, T), cache, jnp.zeros((B,), jnp.int32))
+    vals, ids = jax.lax.top_k(model.logits(out.hidden), k)
+    return ids, vals
+
+
+def answer_topk(target, rows: list[tuple[list[int], int, str]], k: int, width: int):
+    """Top-``k`` target logits predicting every answer token of ``rows`` (``(ids, prompt
+    length, source)``, each at most ``width`` tokens): ``(ids [answer tokens, k] int32, logits
+    [answer tokens, k] float32)``, rows concatenated, positions ``prompt_length - 1 … len - 2``
+    of each row (the layout ``ShardStore.append`` stores)."""
+    toks = np.zeros((len(rows), width), np.int32)
+    for r, (ids, _, _) in enumerate(rows):
+        toks[r, :len(ids)] = ids
+    ids_BTk, vals_BTk = jax.device_get(_topk_logits(target.params, jnp.asarray(toks),
+                                                    cfg=target.config, k=k))
+    sel = [(r, slice(p - 1, len(ids) - 1)) for r, (ids, p, _) in enumerate(rows)]
+    return (np.concatenate([np.asarray(ids_BTk)[r, s] for r, s in sel], 0),
+            np.concatenate([np.asarray(vals_BTk)[r, s] for r, s in sel], 0))
 
 
 def bucket(n: int, buckets: tuple[int, ...] = PROMPT_BUCKETS) -> int:
@@ -85,10 +117,16 @@ def plan_batches(items: list[tuple[list[int], str]], batch: int) -> list[tuple[i
 def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int], str]], *,
                      batch: int, max_new: int, seed: int, deadline: float | None = None,
                      max_batches: int | None = None, temperature: float = 0.0,
+                     store_topk: int = 0, extra_info: dict | None = None,
                      log: Callable[[str], None] = print) -> dict:
     """Answer every not-yet-answered prompt of ``items`` (``(chat-templated ids, source)``),
     appending one ``answers`` shard per batch; stops starting batches after ``deadline``
-    (epoch seconds) or ``max_batches``. Returns counts of this call."""
+    (epoch seconds) or ``max_batches``. ``temperature > 0`` samples (key from the seed and the
+    shard number). ``store_topk = K > 0`` also stores the target's top-K logits of every answer
+    position (``answer_topk``; one extra teacher-forced forward per batch). Returns counts of
+    this call."""
+    if store_topk < 0:
+        raise ValueError(f"store_topk must be >= 0, got {store_topk}")
     done = answered_keys(store)
     todo, seen = [], set()
     for ids, src in items:
@@ -113,8 +151,10 @@ def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int],
                 for r, i in enumerate(idx)]
         info = {"generator": "dominotree_jax.decode(method='ar')", "temperature": temperature,
                 "max_new_tokens": max_new, "batch": batch, "prompt_width": width, "seed": seed,
-                "gen_seconds": round(dt, 2), "capped_rows": int(np.sum(num >= max_new))}
-        e = store.append("answers", rows, info)
+                "gen_seconds": round(dt, 2), "capped_rows": int(np.sum(num >= max_new)),
+                **(extra_info or {})}
+        topk = answer_topk(target, rows, store_topk, width + max_new) if store_topk else None
+        e = store.append("answers", rows, info, topk=topk)
         stats["batches"] += 1
         stats["rows"] += e["rows"]
         stats["answer_tokens"] += e["answer_tokens"]

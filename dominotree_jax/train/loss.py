@@ -46,10 +46,17 @@ def flat_to_state(cfg: DrafterConfig, flat: dict):
     return state_from_flat(abstract, flat)
 
 
-def curriculum_lambda(step, total_steps: int):
-    """λ: 1 → 0 linearly over the first half of training, then 0."""
-    half = max(1.0, total_steps / 2)
-    return jnp.clip(1.0 - jnp.asarray(step, jnp.float32) / half, 0.0, 1.0)
+def curriculum_lambda(step, total_steps: int, hold: float = 0.0, ramp: float = 0.5,
+                      end: float = 0.0):
+    """λ of the base-anchored curriculum (docs/algorithm.md §6): 1 for the first ``hold``
+    fraction of the steps (the backbone / base distribution alone), then linear down to
+    ``end`` over the next ``ramp`` fraction, then ``end``. The defaults (no hold, ramp over the
+    first half, end 0) are the original schedule: 1 → 0 over the first half."""
+    t = jnp.asarray(step, jnp.float32)
+    h = hold * total_steps
+    r = max(1.0, ramp * total_steps)
+    frac = jnp.clip((t - h) / r, 0.0, 1.0)
+    return jnp.float32(1.0) - (1.0 - end) * frac
 
 
 def depth_weights(K: int, gamma: float | None):
@@ -124,13 +131,63 @@ def _soft_ce(logits, p_target):
     return -jnp.sum(p_target * jax.nn.log_softmax(logits, axis=-1), axis=-1)
 
 
+def topk_targets(batch, vocab_index=None):
+    """The stored top-k target distribution of each label: ``(columns [N, J, k] int32, p
+    [N, J, k] float32, has [N, J] bool)``. ``p`` is the softmax of the stored logits over the
+    k entries (renormalised top-k); with a vocabulary subset (``vocab_index``) entries outside
+    it are dropped before renormalising. ``has`` is False where nothing is stored."""
+    ids, vals, pos = batch["topk_ids"], batch["topk_logits"], batch["soft_pos"]
+    B, A, J = pos.shape
+    k = ids.shape[-1]
+    g = jnp.maximum(pos, 0).reshape(B, A * J, 1)
+    ids_NJk = jnp.take_along_axis(ids, g, axis=1).reshape(B * A, J, k)
+    vals_NJk = jnp.take_along_axis(vals.astype(jnp.float32), g, axis=1).reshape(B * A, J, k)
+    ok = (ids_NJk >= 0) & (pos.reshape(B * A, J, 1) >= 0)
+    if vocab_index is not None:
+        ids_NJk = jnp.where(ok, vocab_index[jnp.maximum(ids_NJk, 0)], -1)
+        ok = ok & (ids_NJk >= 0)
+    p = jax.nn.softmax(jnp.where(ok, vals_NJk, -jnp.inf), axis=-1)
+    has = jnp.any(ok, axis=-1)
+    p = jnp.where(has[..., None] & ok, p, 0.0)
+    return jnp.maximum(ids_NJk, 0), p, has
+
+
+def _topk_kl(logits, cols, p, has):
+    """``KL(p ‖ softmax(logits))`` over the top-k support (0 where ``has`` is False)."""
+    logq = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), cols, axis=-1)
+    plogp = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
+    return jnp.where(has, jnp.sum(plogp - p * logq, axis=-1), 0.0)
+
+
+def until_fail_mask(correct_NJ, valid_NJ, floor: float = 0.0):
+    """Accept-until-fail weights ``[N, J]``: 1 at every depth up to and including a block's
+    first wrong (or missing) depth, ``floor`` after it. Depth ``d`` counts when depths
+    ``0 … d-1`` were all right, i.e. when a greedy chain of this head would reach depth ``d``
+    at inference. Not differentiated (argmax)."""
+    ok = (correct_NJ & valid_NJ).astype(jnp.float32)
+    reach = jnp.concatenate([jnp.ones_like(ok[:, :1]), jnp.cumprod(ok, axis=1)[:, :-1]], 1)
+    return jax.lax.stop_gradient(reach + floor * (1.0 - reach))
+
+
 def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batch, lam,
                      gamma: float | None = 7.0, vocab_ids=None, vocab_index=None,
-                     soft: float = 0.0):
-    """Curriculum loss and metrics. ``vocab_ids``/``vocab_index`` (token → column or -1, [V])
-    restrict the softmax to a vocabulary subset (labels outside it are ignored). ``soft`` mixes
-    in soft targets: each head's loss is ``(1-soft)·CE(label) + soft·CE(target distribution)``
-    (needs ``batch["hidden"]`` and ``batch["soft_pos"]``)."""
+                     soft: float = 0.0, soft_topk: float = 0.0, until_fail: bool = False,
+                     until_fail_floor: float = 0.0):
+    """Curriculum loss and metrics (docs/algorithm.md §6, docs/training.md).
+
+    ``vocab_ids``/``vocab_index`` (token → column or -1, [V]) restrict the softmax to a
+    vocabulary subset (labels outside it are ignored). ``soft`` mixes in soft targets from the
+    recomputed final hidden states: each head's loss is ``(1-soft)·CE(label) + soft·CE(target
+    distribution)`` (needs ``batch["hidden"]``, ``batch["soft_pos"]``). ``soft_topk`` does the
+    same with the stored top-k target logits: ``(1-soft_topk)·CE + soft_topk·KL(renormalised
+    top-k ‖ head)`` where top-k logits are stored, plain CE elsewhere (needs
+    ``batch["topk_ids"]``). ``until_fail``: each head's terms are weighted by
+    ``until_fail_mask`` of that head's own greedy correctness (the base head by the DFlash
+    chain, the corrected head by the Domino chain), so the loss stops after the first wrong
+    depth of each block; the normaliser stays ``Σ w_d`` over valid labels."""
+    if soft and soft_topk:
+        raise ValueError("choose one kind of soft targets: soft (full distribution) or "
+                         "soft_topk (stored top-k logits)")
     base, corr, tgt = block_logits(dcfg, tcfg, dparams, tparams, batch, vocab_ids)
     if vocab_ids is not None:
         tgt = jnp.where(tgt >= 0, vocab_index[jnp.maximum(tgt, 0)], -1)
@@ -144,10 +201,20 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
         p_t = jax.nn.softmax(target_soft_logits(tcfg, tparams, batch, vocab_ids), axis=-1)
         hb = (1.0 - soft) * ce_b + soft * _soft_ce(base, p_t)
         hc = (1.0 - soft) * ce_c + soft * _soft_ce(corr, p_t)
-    loss = jnp.sum(w * ((1.0 - lam) * hc + lam * hb)) / jnp.maximum(jnp.sum(w), 1.0)
-    n_d = jnp.maximum(jnp.sum(vf, axis=0), 1.0)
+    if soft_topk:
+        if "topk_ids" not in batch:
+            raise ValueError("soft_topk needs stored top-k logits (collect --store-topk)")
+        cols, p_k, has = topk_targets(batch, vocab_index)
+        mix = soft_topk * has.astype(jnp.float32)
+        hb = (1.0 - mix) * ce_b + soft_topk * _topk_kl(base, cols, p_k, has)
+        hc = (1.0 - mix) * ce_c + soft_topk * _topk_kl(corr, cols, p_k, has)
     acc_b = (jnp.argmax(base, -1) == tgt) & valid
     acc_c = (jnp.argmax(corr, -1) == tgt) & valid
+    if until_fail:
+        hb = hb * until_fail_mask(acc_b, valid, until_fail_floor)
+        hc = hc * until_fail_mask(acc_c, valid, until_fail_floor)
+    loss = jnp.sum(w * ((1.0 - lam) * hc + lam * hb)) / jnp.maximum(jnp.sum(w), 1.0)
+    n_d = jnp.maximum(jnp.sum(vf, axis=0), 1.0)
     full = jnp.all(valid, axis=1)  # blocks whose K labels all exist
     metrics = {
         "loss": loss,

@@ -286,3 +286,196 @@ def build_prompts(num: int, seed: int) -> list[dict]:
             seen.add(t)
             out.append({"source": s, "kind": k, "text": t})
     return out
+
+
+# ---------------------------------------------------------------------------- v4 mix
+# More kinds of request, all self-written templates (the ``evals`` corpora are not installed
+# everywhere): extraction from made-up records, multi-step word problems, debugging / SQL /
+# regex / code-explanation tasks, writing tasks with explicit lengths, and chat. Follow-up
+# turns on the target's own earlier answers (multi-turn) are built by ``collect``.
+
+CITIES = ["Lisbon", "Nairobi", "Osaka", "Toronto", "Lima", "Oslo", "Hanoi", "Cairo", "Denver",
+          "Krakow", "Perth", "Bogota", "Seville", "Tbilisi", "Accra", "Montreal"]
+COMPANIES = ["Northwind", "Bluepeak", "Orbitex", "Greenleaf", "Quantix", "Riverstone",
+             "Solaris", "Hexagon Labs", "Brightpath", "Ironwood"]
+PRODUCTS = ["desk lamp", "backpack", "coffee grinder", "bike helmet", "wireless mouse",
+            "rain jacket", "water filter", "notebook", "phone stand", "yoga mat"]
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December"]
+
+
+def _record(rng: random.Random) -> str:
+    """A short made-up business text with names, places, dates and amounts."""
+    n1, n2 = rng.sample(NAMES, 2)
+    c, city, prod = rng.choice(COMPANIES), rng.choice(CITIES), rng.choice(PRODUCTS)
+    day, month, year = rng.randint(1, 28), rng.choice(MONTHS), rng.randint(2015, 2025)
+    qty, price = rng.randint(2, 400), rng.randint(5, 900)
+    forms = (
+        f"On {month} {day}, {year}, {n1} from {c} ordered {qty} units of the {prod} at "
+        f"${price} each, to be shipped to the {city} office. {n2} approved the order two days "
+        "later and asked for delivery before the end of the month.",
+        f"Meeting notes ({month} {day}): {n1} and {n2} met in {city} to discuss the {prod} "
+        f"launch. Budget: ${price * 100}. Target: {qty} pre-orders by {rng.choice(MONTHS)}. "
+        f"Next step: {n2} sends the draft contract to {c}.",
+        f"Dear {n1}, thank you for your message of {day} {month}. We confirm your booking of "
+        f"{rng.randint(1, 9)} rooms in {city} for {qty} guests. The total is ${price * 3}. "
+        f"Kind regards, {n2}, {c}",
+    )
+    return forms[rng.randrange(len(forms))]
+
+
+EXTRACTION_TEMPLATES = [
+    "Extract every person, organisation, place, date and amount from the text below. Answer "
+    "as JSON with those five keys.\n\n{r}",
+    "From the following text, list the people mentioned and what each of them did.\n\n{r}",
+    "Read the text and fill in this table in Markdown: | who | what | when | where |\n\n{r}",
+    "What is the total amount of money mentioned in this text? Quote the sentence it comes "
+    "from.\n\n{r}",
+    "Turn this text into a YAML record with fields name, company, city, date, quantity.\n\n{r}",
+    "Summarise the text below in one sentence, then list its dates.\n\n{r}",
+]
+
+
+def extraction_prompts(rng: random.Random, n: int) -> list[str]:
+    return [rng.choice(EXTRACTION_TEMPLATES).format(r=_record(rng)) for _ in range(n)]
+
+
+def story_problem(rng: random.Random) -> str:
+    """A multi-step word problem (several quantities, two or three operations)."""
+    name, name2 = rng.sample(NAMES, 2)
+    item, city = rng.choice(ITEMS), rng.choice(CITIES)
+    a, b, c, d = rng.randint(3, 60), rng.randint(2, 12), rng.randint(2, 9), rng.randint(5, 95)
+    forms = (
+        f"{name} buys {b} boxes of {item} with {a} {item} in each box. {name} gives {c} {item} "
+        f"to each of {b} friends and sells the rest for ${c} each. How much money does {name} "
+        "make?",
+        f"A bakery in {city} makes {a * 4} muffins in the morning and {a * 2} in the afternoon. "
+        f"It sells {d}% of them and gives away {c} more. How many muffins are left?",
+        f"{name} runs {b + c} km on Monday, twice as far on Tuesday and {c} km less than "
+        f"Tuesday on Wednesday. How far does {name} run in the three days?",
+        f"{name} and {name2} share ${a * 10} in the ratio {b}:{c}. {name2} then spends a "
+        f"quarter of their share. How much does {name2} have left?",
+        f"A shop sells a {rng.choice(PRODUCTS)} for ${a + 20}. During a sale the price drops by "
+        f"{d % 50 + 5}%, and {name} pays with a ${(a + 20) * 2} note. How much change does "
+        f"{name} get?",
+        f"A tank holds {a * 10} litres. It loses {b} litres per hour and is refilled with {c} "
+        f"litres every {b + 1} hours. How much water is in it after {c * 3} hours?",
+    )
+    return forms[rng.randrange(len(forms))]
+
+
+BUGGY_CODE = [
+    ("def average(xs):\n    return sum(xs) / len(xs) + 1", "returns the wrong average"),
+    ("def last(xs):\n    return xs[len(xs)]", "raises an IndexError"),
+    ("def is_even(n):\n    return n % 2 == 1", "gives the wrong answer"),
+    ("def count(s, ch):\n    n = 0\n    for c in s:\n        if c == ch:\n            n =+ 1\n"
+     "    return n", "always returns 0 or 1"),
+    ("def fact(n):\n    return n * fact(n - 1)", "never stops"),
+    ("for i in range(10):\nprint(i)", "does not run"),
+    ("def add_item(item, items=[]):\n    items.append(item)\n    return items",
+     "keeps items from earlier calls"),
+    ("def reverse(s):\n    out = ''\n    for c in s:\n        out = out + c\n    return out",
+     "does not reverse the string"),
+]
+SQL_TASKS = ["the ten customers with the highest total order value",
+             "the number of orders per month in 2023", "products that were never ordered",
+             "the average salary per department, highest first",
+             "employees who earn more than their manager", "duplicate email addresses"]
+REGEX_TASKS = ["a date like 2024-03-17", "a US phone number", "an email address",
+               "a hexadecimal colour such as #1a2b3c", "a time in 24-hour format",
+               "a word that starts and ends with the same letter"]
+
+
+def code_prompts_v4(rng: random.Random, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.25:
+            src, what = rng.choice(BUGGY_CODE)
+            out.append(f"This Python code {what}. Find the bug and fix it:\n```python\n{src}\n```")
+        elif r < 0.4:
+            out.append(f"Write an SQL query that finds {rng.choice(SQL_TASKS)}. Assume tables "
+                       "customers, orders, products and employees; state the columns you use.")
+        elif r < 0.5:
+            out.append(f"Write a regular expression that matches {rng.choice(REGEX_TASKS)}, "
+                       "and explain each part of it.")
+        elif r < 0.65:
+            src, _ = rng.choice(BUGGY_CODE)
+            out.append(f"Explain line by line what this code is meant to do:\n```python\n{src}\n"
+                       "```")
+        else:
+            out += code_prompts(rng, 1)
+    return out
+
+
+WRITING_TASKS = ["a cover letter for a junior developer position", "a short mystery story",
+                 "a speech for a friend's wedding", "a review of a restaurant in {city}",
+                 "a travel guide for a weekend in {city}", "a product announcement for the {p}",
+                 "a complaint letter about a broken {p}", "a motivational message for a team",
+                 "a dialogue between a teacher and a student about homework",
+                 "a news report about a festival in {city}", "a fairy tale about a clever fox",
+                 "a LinkedIn post about finishing a marathon", "an FAQ for the {p}"]
+LENGTHS = ["in about 100 words", "in about 200 words", "in about 300 words", "in 3 paragraphs",
+           "in 5 bullet points", "in one paragraph", "in detail", "briefly"]
+CHAT = ["Hi! Can you help me plan my week?", "I feel nervous before exams. Any advice?",
+        "What's a good name for a grey kitten?", "Tell me a joke about computers.",
+        "What should I cook tonight with rice, eggs and spinach?",
+        "Can you recommend three classic novels and say why?",
+        "I want to learn to draw. Where do I start?",
+        "How do I politely tell a coworker they talk too loudly?",
+        "Explain the difference between weather and climate.",
+        "Give me a 20-minute workout I can do at home.",
+        "My plant's leaves are turning yellow. What could be wrong?",
+        "What are some good questions to ask at the end of an interview?"]
+
+
+def writing_prompts(rng: random.Random, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        task = rng.choice(WRITING_TASKS).format(city=rng.choice(CITIES),
+                                                p=rng.choice(PRODUCTS))
+        out.append(f"Write {task} {rng.choice(LENGTHS)}.")
+    return out
+
+
+def chat_prompts(rng: random.Random, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        r = rng.random()
+        out.append(rng.choice(CHAT) if r < 0.4 else general_prompts(rng, 1)[0])
+    return out
+
+
+FOLLOW_UPS = ["Can you make that shorter?", "Explain the second point in more detail.",
+              "Can you give a concrete example?", "Now summarise your answer in one sentence.",
+              "Are you sure? Please check your answer step by step.",
+              "Rewrite your answer for a ten-year-old.", "What would be a good next step?",
+              "Can you turn that into a numbered list?", "Thanks! What are common mistakes "
+              "people make with this?", "Please add a short conclusion."]
+
+MIXES = ("v3", "v4")
+# Shares of the v4 mix (the rest: chat); multi-turn follow-ups come on top (collect).
+V4_SHARES = (("code", 0.22), ("math", 0.25), ("extraction", 0.13), ("writing", 0.15))
+
+
+def build_prompts_v4(num: int, seed: int) -> list[dict]:
+    """``num`` distinct v4 prompts, shuffled: ~22% code (incl. debugging, SQL, regex), ~25%
+    maths (multi-step word problems and the v3 templates), ~13% extraction, ~15% writing with
+    explicit lengths, the rest chat. Deterministic in ``(num, seed)``."""
+    rng = random.Random(seed)
+    n = {k: int(f * num) for k, f in V4_SHARES}
+    math = [story_problem(rng) for _ in range(n["math"] // 2)]
+    math += arithmetic_prompts(rng, n["math"] - len(math))
+    items = ([("template:code4", "code", p) for p in code_prompts_v4(rng, n["code"])]
+             + [("template:math4", "math", p) for p in math]
+             + [("template:extract", "extraction", p) for p in extraction_prompts(
+                 rng, n["extraction"])]
+             + [("template:writing", "writing", p) for p in writing_prompts(rng, n["writing"])])
+    items += [("template:chat4", "chat", p) for p in chat_prompts(rng, num - len(items))]
+    rng.shuffle(items)
+    seen, out = set(), []
+    for s, k, t in items:
+        if t not in seen:
+            seen.add(t)
+            out.append({"source": s, "kind": k, "text": t})
+    return out

@@ -6,7 +6,13 @@ A data directory (for example ``data/smollm2/``) holds ``manifest.json`` and sha
 - ``tokens``: ``uint16 [sum(lengths)]``, the rows concatenated (a 49,152 vocabulary fits);
 - ``lengths``: ``int32 [R]`` row lengths; ``prompt_lengths``: ``int32 [R]`` (the prompt part,
   the chat-templated user turn; the rest of the row is the target's answer);
-- ``source``: ``uint8 [R]`` index into the manifest's ``sources`` list.
+- ``source``: ``uint8 [R]`` index into the manifest's ``sources`` list;
+- optional (``answers`` shards written with ``collect --store-topk K``): ``topk_ids`` ``uint16
+  [sum(lengths - prompt_lengths), K]`` and ``topk_logits`` ``float16 [same]``, the target's K
+  largest next-token logits at every position that predicts an answer token (row by row,
+  positions ``prompt_length - 1 … length - 2``, in descending order). Readers that do not know
+  them ignore them (the manifest ``format`` stays 1); the shard's manifest entry says
+  ``"topk": K``.
 
 Kinds: ``answers`` (prompt + the target's answer, what training reads) and ``requests``
 (prompts the target wrote itself, ``lengths == prompt_lengths``, waiting for answers).
@@ -88,9 +94,12 @@ class ShardStore:
             raise ValueError("at most 256 distinct sources")
         return i
 
-    def append(self, kind: str, rows: list[tuple[list[int], int, str]], info: dict) -> dict:
+    def append(self, kind: str, rows: list[tuple[list[int], int, str]], info: dict,
+               topk: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
         """Write one shard of ``rows`` = ``(token ids, prompt length, source name)`` and record
-        it in the manifest with ``info`` (sampling settings, seed, …). Returns the entry."""
+        it in the manifest with ``info`` (sampling settings, seed, …). ``topk``: optional
+        ``(ids [answer tokens, K], logits [answer tokens, K])`` (see the module docstring).
+        Returns the entry."""
         if kind not in KINDS:
             raise ValueError(f"unknown shard kind {kind!r}; choose one of {KINDS}")
         if not rows:
@@ -103,13 +112,24 @@ class ShardStore:
         flat = np.concatenate([np.asarray(t, np.int64) for t, _, _ in rows])
         if flat.size and (flat.min() < 0 or flat.max() >= V):
             raise ValueError(f"token ids outside [0, {V})")
+        extra = {}
+        if topk is not None:
+            ids, vals = np.asarray(topk[0]), np.asarray(topk[1])
+            n_ans = int((lengths - plen).sum())
+            if ids.ndim != 2 or ids.shape != vals.shape or ids.shape[0] != n_ans:
+                raise ValueError(f"top-k arrays must both be [answer tokens = {n_ans}, K], got "
+                                 f"{ids.shape} and {vals.shape}")
+            if ids.size and (ids.min() < 0 or ids.max() >= V):
+                raise ValueError(f"top-k token ids outside [0, {V})")
+            extra = {"topk_ids": ids.astype(np.uint16), "topk_logits": vals.astype(np.float16)}
+            info = {**info, "topk": int(ids.shape[1])}
         src = np.asarray([self.source_id(s) for _, _, s in rows], np.uint8)
         index = sum(1 for s in self.manifest["shards"] if s["kind"] == kind)
         name = f"{kind}_{index:05d}.npz"
         os.makedirs(self.root, exist_ok=True)
         _atomic_write(os.path.join(self.root, name), lambda f: np.savez_compressed(
             f, tokens=flat.astype(np.uint16), lengths=lengths, prompt_lengths=plen,
-            source=src))
+            source=src, **extra))
         entry = {"file": name, "kind": kind, "rows": int(len(rows)),
                  "prompt_tokens": int(plen.sum()), "answer_tokens": int((lengths - plen).sum()),
                  "created_utc": datetime.datetime.now(datetime.timezone.utc)
@@ -127,13 +147,23 @@ class ShardStore:
         return [s for s in self.manifest["shards"] if s["kind"] == kind]
 
     def read(self, entry: dict) -> dict:
-        """One shard as arrays (``tokens`` widened to int32, ``offsets [R+1]`` added)."""
+        """One shard as arrays (``tokens`` widened to int32, ``offsets [R+1]`` added; with
+        stored top-k logits also ``topk_ids`` int32, ``topk_logits`` float16 and
+        ``answer_offsets [R+1]``, where row ``r``'s entries start)."""
         with np.load(os.path.join(self.root, entry["file"])) as z:
             out = {k: z[k] for k in ("tokens", "lengths", "prompt_lengths", "source")}
+            if "topk_ids" in z.files:
+                out["topk_ids"] = z["topk_ids"].astype(np.int32)
+                out["topk_logits"] = z["topk_logits"]
         out["tokens"] = out["tokens"].astype(np.int32)
         out["offsets"] = np.concatenate([[0], np.cumsum(out["lengths"])]).astype(np.int64)
         if out["offsets"][-1] != len(out["tokens"]) or len(out["lengths"]) != entry["rows"]:
             raise ValueError(f"{entry['file']}: rows do not match the manifest")
+        if "topk_ids" in out:
+            out["answer_offsets"] = np.concatenate(
+                [[0], np.cumsum(out["lengths"] - out["prompt_lengths"])]).astype(np.int64)
+            if len(out["topk_ids"]) != out["answer_offsets"][-1]:
+                raise ValueError(f"{entry['file']}: top-k rows do not match the answers")
         return out
 
     def rows(self, kind: str = "answers") -> Iterator[tuple[np.ndarray, int, str]]:

@@ -45,9 +45,38 @@ class TrainConfig:
     gamma: float | None = 7.0
     soft: float = 0.0         # weight of the soft (target-distribution) targets
     curriculum: bool = True   # lambda 1 -> 0 over the first half; False: lambda = 0
+    # Recipe options (docs/training.md). Defaults reproduce the v3 recipe.
+    lam_hold: float = 0.0     # fraction of the steps at lambda = 1 (base / backbone only)
+    lam_ramp: float = 0.5     # then lambda falls linearly over this fraction of the steps
+    lam_end: float = 0.0      # ... to this value, kept to the end
+    layer_init: str = "random"   # "target": drafter layers = the target's last layers
+    anchor_mode: str = "sample"  # "all": every valid position, `anchors` = cap per sequence
+    until_fail: bool = False     # accept-until-fail weighting per head
+    until_fail_floor: float = 0.0
+    soft_topk: float = 0.0    # weight of KL to the stored, renormalised top-k target logits
     seed: int = 0
     ckpt_every_s: float = 240.0
     keep: int = 2
+
+
+LAYER_INITS = ("random", "target")
+
+
+def check_train_config(tc: TrainConfig) -> None:
+    """Reject recipe settings that make no sense, naming the setting."""
+    from dominotree_jax.train.dataset import ANCHOR_MODES
+    if tc.layer_init not in LAYER_INITS:
+        raise ValueError(f"layer_init must be one of {LAYER_INITS}, got {tc.layer_init!r}")
+    if tc.anchor_mode not in ANCHOR_MODES:
+        raise ValueError(f"anchor_mode must be one of {ANCHOR_MODES}, got {tc.anchor_mode!r}")
+    for name in ("lam_hold", "lam_ramp", "lam_end", "until_fail_floor", "soft", "soft_topk"):
+        v = getattr(tc, name)
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"{name} must lie in [0, 1], got {v}")
+    if tc.soft and tc.soft_topk:
+        raise ValueError("choose one kind of soft targets: soft or soft_topk")
+    if tc.anchors < 1:
+        raise ValueError(f"anchors must be >= 1, got {tc.anchors}")
 
 
 def make_optimizer(tc: TrainConfig):
@@ -95,11 +124,14 @@ def fill_untrained_rows(flat: dict, vocab_ids) -> dict:
 def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_index, *, dcfg,
                      tcfg, tc: TrainConfig):
     opt, sched = make_optimizer(tc)
-    lam = curriculum_lambda(step, tc.steps) if tc.curriculum else jnp.float32(0.0)
+    lam = (curriculum_lambda(step, tc.steps, tc.lam_hold, tc.lam_ramp, tc.lam_end)
+           if tc.curriculum else jnp.float32(0.0))
 
     def f(p):
         return loss_and_metrics(dcfg, tcfg, flat_to_state(dcfg, p), tparams, batch, lam,
-                                tc.gamma, vocab_ids, vocab_index, tc.soft)
+                                tc.gamma, vocab_ids, vocab_index, tc.soft,
+                                soft_topk=tc.soft_topk, until_fail=tc.until_fail,
+                                until_fail_floor=tc.until_fail_floor)
 
     (loss, m), grads = jax.value_and_grad(f, has_aux=True)(flat)
     updates, opt_state = opt.update(grads, opt_state, flat)
@@ -128,7 +160,15 @@ class Trainer:
         """``vocab_ids``: optional sorted token ids the training softmax is restricted to
         (``dataset.active_vocab``); evaluation always uses the full vocabulary. ``init_flat``:
         starting parameters ``{name: array}`` (warm start, e.g. an exported drafter); a
-        checkpoint in ``ckpt_dir`` takes precedence."""
+        checkpoint in ``ckpt_dir`` takes precedence. ``tc.layer_init="target"`` copies the
+        target's last layers into a new drafter's (``target_init``; not with ``init_flat``)."""
+        check_train_config(tc)
+        if tc.soft_topk and not getattr(ds, "topk_k", 0):
+            raise ValueError("soft_topk needs a data set with stored top-k logits "
+                             "(collect --store-topk K)")
+        if tc.layer_init == "target" and init_flat is not None:
+            raise ValueError("layer_init='target' initialises a new drafter; it cannot be "
+                             "combined with a warm start")
         self.dcfg, self.tcfg, self.tparams = dcfg, tcfg, tparams
         if vocab_ids is None:
             self.vocab_ids = self.vocab_index = None
@@ -141,8 +181,14 @@ class Trainer:
         self.ckpt_dir = os.path.abspath(ckpt_dir)
         self.log_dir = log_dir
         self.progress = progress
-        self.flat = (init_params(dcfg, tc.seed, tparams) if init_flat is None else
-                     {k: jnp.array(v, jnp.float32, copy=True) for k, v in init_flat.items()})
+        if init_flat is None:
+            self.flat = init_params(dcfg, tc.seed, tparams)
+            if tc.layer_init == "target":
+                from dominotree_jax.train.target_init import target_layer_init
+                self.flat = {k: jnp.asarray(v, jnp.float32) for k, v in target_layer_init(
+                    dcfg, tcfg, self.flat, tparams).items()}
+        else:
+            self.flat = {k: jnp.array(v, jnp.float32, copy=True) for k, v in init_flat.items()}
         self.opt_state = make_optimizer(tc)[0].init(self.flat)
         self.step = 0
         self.key = jax.random.key_data(jax.random.key(tc.seed))
@@ -248,7 +294,7 @@ class Trainer:
             return self.history
         stream = batch_stream(self.ds, self.train_ids, batch=tc.batch, anchors=tc.anchors,
                               block=self.dcfg.num_draft_positions, seed=tc.seed,
-                              start_step=self.step)
+                              start_step=self.step, anchor_mode=tc.anchor_mode)
         bar = None
         if self.progress:
             from tqdm import tqdm

@@ -18,6 +18,11 @@ token 0, parent -1, depth -1, score -inf.
 
 Children distributions:
 - ``"ddtree"`` (marginal): ``top_k(log_softmax(base_d))``, computed once per round for all depths.
+- ``"condstatic"`` (static-corrected): one corrected distribution per depth, shared by every
+  node of that depth: the Domino correction applied once along the greedy path (depth ``d``
+  uses the GRU state after ``t0`` and the top child of each depth ``< d``, i.e. the Domino
+  chain's path), computed once per round by a scan over depths with the same candidate /
+  ``expand_split`` machinery as ``dominotree``; the pop loop is then the marginal one.
 - ``"dominotree"`` (conditional): depths ``< prefix_len`` as marginal; deeper ones from the node's
   GRU state. GRU states are computed lazily: the frontier stores only the parent's node index,
   and a popped node's state ``GRU(embed[token], parent_state)`` is computed at pop time (one
@@ -44,7 +49,9 @@ from dominotree_jax.tree.topk import vocab_top_k
 from pallas_kernels.topm_expand import (MAX_KERNEL_M, MAX_KERNEL_TOPK, pad_operands,
                                         resolve_use_pallas)
 
-TREE_METHODS = ("ddtree", "dominotree")
+TREE_METHODS = ("ddtree", "condstatic", "dominotree")
+# Tree methods that read the Domino head.
+CORRECTED_TREE_METHODS = ("condstatic", "dominotree")
 
 
 class Tree(NamedTuple):
@@ -86,7 +93,7 @@ def check_settings(J: int, V: int, *, method: str, budget: int, node_topk: int, 
         raise ValueError(f"node_topk={node_topk} exceeds the vocabulary ({V})")
     if top_m < 0 or top_m > V:
         raise ValueError(f"top_m must be in [0, V={V}], got {top_m}")
-    if method == "dominotree" and 0 < top_m < node_topk:
+    if method in CORRECTED_TREE_METHODS and 0 < top_m < node_topk:
         raise ValueError(f"top_m={top_m} must be >= node_topk={node_topk} (or 0 = full vocab)")
     if prefix_len < 0:
         raise ValueError("prefix_len must be >= 0")
@@ -121,6 +128,24 @@ def _conditional_expander(base_JV, hidden_JH, w1_EHG, w2_VE, *, k, top_m, use_pa
     return expand_topm
 
 
+def _static_corrected_children(marg_ids_Jk, marg_lp_Jk, expand, advance, root_state,
+                               prefix_len: int):
+    """``(ids [J, k], log-probs [J, k])``: depth ``d``'s children are the corrected top-k
+    under the state after ``t0`` and the first child of every depth ``< d`` (depths ``<
+    prefix_len``: the marginal children); a scan over depths, once per round."""
+    J = marg_ids_Jk.shape[0]
+
+    def step(s_G, d):
+        c_ids, c_lp = expand(d, s_G)
+        use = d >= prefix_len
+        ids_k = jnp.where(use, c_ids.astype(jnp.int32), marg_ids_Jk[d])
+        lp_k = jnp.where(use, c_lp, marg_lp_Jk[d])
+        return advance(ids_k[0], s_G), (ids_k, lp_k)
+
+    _, (ids_Jk, lp_Jk) = jax.lax.scan(step, root_state, jnp.arange(J))
+    return ids_Jk, lp_Jk
+
+
 def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None, *,
                 method, budget, node_topk, top_m, prefix_len, use_pallas):
     J, V = base_logits.shape
@@ -132,11 +157,12 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
     base_JV = base_logits.astype(f32)
 
     marg_lp_Jk, marg_ids_Jk = _top_k(jax.nn.log_softmax(base_JV, axis=-1), k)
-    conditional = method == "dominotree" and prefix_len < J
+    corrected = method in CORRECTED_TREE_METHODS and prefix_len < J
+    conditional = corrected and method == "dominotree"
 
-    if conditional:
+    if corrected:
         if head is None or any(w is None for w in head):
-            raise ValueError("dominotree needs embed, gru_w_ih, gru_w_hh, proj_w1 and proj_w2")
+            raise ValueError(f"{method} needs embed, gru_w_ih, gru_w_hh, proj_w1 and proj_w2")
         head = head._replace(gru_w_ih=head.gru_w_ih.astype(f32),
                              gru_w_hh=head.gru_w_hh.astype(f32))
         G = head.gru_w_hh.shape[-1]
@@ -147,7 +173,10 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
             return gru_advance(head, token, s_G, f32)
 
         root_state = gru_root_state(head, jnp.asarray(root_token, i32), f32)
-    else:
+    if corrected and not conditional:   # condstatic: per-depth children along the greedy path
+        marg_ids_Jk, marg_lp_Jk = _static_corrected_children(
+            marg_ids_Jk, marg_lp_Jk, expand, advance, root_state, prefix_len)
+    if not conditional:
         G = 1
         root_state = jnp.zeros((G,), f32)
 
@@ -224,7 +253,8 @@ def build_tree_from_head(base_logits, hidden, root_token, head: DominoHeadWeight
 
     Args: base_logits [J, V] (row d predicts depth d), hidden [J, H] (z_d), root_token int
     scalar (t0), head: the Domino head's weights (unused, may be None, for ``"ddtree"`` or
-    ``prefix_len >= J``). Static: method ``"ddtree" | "dominotree"``, budget N, node_topk k,
+    ``prefix_len >= J``). Static: method ``"ddtree" | "condstatic" | "dominotree"``, budget
+    N, node_topk k,
     top_m M (0 = full vocab), prefix_len P, use_pallas ``"auto" | True | False | "interpret"``
     (``"interpret"``: Pallas in interpret mode, for CPU tests).
 

@@ -37,7 +37,7 @@ import heapq
 
 import numpy as np
 
-from dominotree_jax.tree.builder import Tree, check_settings
+from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, Tree, check_settings
 
 _F32 = np.float32
 
@@ -76,9 +76,10 @@ def build_tree_numpy(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh,
                    prefix_len=prefix_len)
     N, k = budget, node_topk
     marg_lp = _log_softmax(base)
-    conditional = method == "dominotree" and prefix_len < K
+    corrected = method in CORRECTED_TREE_METHODS and prefix_len < K   # reads the head
+    conditional = corrected and method == "dominotree"                # per-node states
 
-    if conditional:
+    if corrected:
         hidden = np.asarray(hidden, _F32)
         embed = np.asarray(embed, _F32)
         w_ih, w_hh = np.asarray(gru_w_ih, _F32), np.asarray(gru_w_hh, _F32)
@@ -91,9 +92,9 @@ def build_tree_numpy(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh,
     else:
         root_state = None
 
-    def children(depth: int, state):
+    def corrected_children(depth: int, state):
         """(token ids [k], log-probs [k]) of a node whose children sit at ``depth``."""
-        if not conditional or depth < prefix_len:
+        if not corrected or depth < prefix_len:
             ids = _topk(marg_lp[depth], k)
             return ids, marg_lp[depth][ids]
         pre = a_KE[depth] + w1s @ state
@@ -102,6 +103,20 @@ def build_tree_numpy(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh,
         lp = _log_softmax(base[depth][cand] + w2[cand] @ h)
         idx = _topk(lp, k)
         return cand[idx], lp[idx]
+
+    static = []   # condstatic / ddtree: one (ids, log-probs) per depth, shared by its nodes
+    if not conditional:
+        # condstatic: the correction under the state of the greedy path (t0, then the top
+        # child of every shallower depth); ddtree: the marginal children.
+        s = root_state
+        for d in range(K):
+            ids, lps = corrected_children(d, s)
+            static.append((ids, lps))
+            if corrected:
+                s = gru_step_numpy(embed[int(ids[0])], s, w_ih, w_hh)
+
+    def children(depth: int, state):
+        return corrected_children(depth, state) if conditional else static[depth]
 
     heap: list = []
     counter = 0
