@@ -640,6 +640,7 @@ class PairRun:
     start_B: jax.Array
     n_B: jax.Array
     ar: object = None      # the compiled AR step, a zero-argument callable
+    ar_error: BaseException | None = None  # why the AR step did not compile (not retried)
 
     def fresh(self) -> dict:
         return round_buffers(self.spec, self.configs, context=self.context,
@@ -681,10 +682,16 @@ def compiled_rounds() -> int | None:
 
 
 def ar_step(run: PairRun):
-    """The pair's AR step, compiled on first use."""
+    """The pair's AR step, compiled on first use (a failure is raised again, not retried)."""
+    if run.ar_error is not None:
+        raise RuntimeError(f"the AR step failed: {error_line(run.ar_error)}") from run.ar_error
     if run.ar is None:
-        call = _round_caller(run, run.configs["ar"])
-        jax.block_until_ready(call())
+        try:
+            call = _round_caller(run, run.configs["ar"])
+            jax.block_until_ready(call())
+        except Exception as err:
+            run.ar_error = err
+            raise
         run.ar = call
     return run.ar
 
@@ -791,6 +798,9 @@ def measure_pair(spec: PairSpec, entry: dict, *, deadline: Deadline, stages: str
     parts = [("round", measure_round)] + ([("stages", measure_stages)] if stages == "all" else [])
     for part, measure in parts:
         for m in spec.methods:
+            if part == "stages" and "error" in (entry["methods"][m].get("round") or {}):
+                entry["methods"][m][part] = {"skipped": "the round failed"}
+                continue  # its stages would compile the same failing pieces again
             outcome = run_isolated(entry["methods"][m], part, functools.partial(measure, run, m),
                                    deadline, log, f"{spec.name} {m} {part}")
             programs = entry["methods"][m][part].get("round_programs")

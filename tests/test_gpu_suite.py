@@ -65,15 +65,17 @@ def test_one_failing_method_is_recorded_and_the_rest_run(suite, monkeypatch, tmp
     jax.clear_caches()  # so that each round compiles here: one program each
     out = tmp_path / "r.md"
     code = suite.main(FAST + ["--pairs", "qwen3-4b-domino", "--methods", "dflash,domino,ddtree",
-                              "--stages", "round", "--out", str(out)])
+                              "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 1 and printed.rstrip().endswith("OVERALL: FAIL")
     methods = _report(out)["pairs"]["qwen3-4b-domino"]["methods"]
     assert methods["domino"]["round"]["error"] == "RuntimeError: injected failure in domino"
     assert "measure_round" in methods["domino"]["round"]["traceback"]
+    assert methods["domino"]["stages"] == {"skipped": "the round failed"}
     for m in ("dflash", "ddtree"):  # before and after the failure
         r = methods[m]["round"]
         assert r["round_ms"] > 0 and r["ar_ms"] > 0 and r["round_programs"] == 1
+        assert methods[m]["stages"]["build_ms"] > 0
     text = out.read_text()
     rows = _table_after(text, "## tiny Qwen3-4B-like + Domino-b16")
     assert rows["round (one jitted function)"][1] == "FAILED"
