@@ -49,6 +49,10 @@ def test_decode_output_and_one_round_follow_the_legend(pair, name):
     check_shapes(out, B=B, Y=Y, **({"W": T + Y} if config.return_features else {}))
     assert (out.features is not None) == config.return_features
     assert (out.auto_state is not None) == config.is_auto
+    tau = np.asarray(out.accept_lengths).sum() / max(np.asarray(out.num_rounds).sum(), 1)
+    assert float(out.mean_tau()) == pytest.approx(tau)
+    if name == "ar":
+        assert float(out.mean_tau()) == 1.0
 
     S = T + Y + config.num_draft_nodes + 1
 
@@ -110,6 +114,13 @@ def test_the_loop_state_before_and_after_a_round_follows_the_legend(pair, name):
         check_shapes(state, **pins)
     assert (after.auto is not None) == config.is_auto
     assert int(after.rounds_B.min()) == 1 and (np.asarray(after.n_B) > 1).all()
+    # the round built from round.py is decode's first round: same tokens so far (T = 0)
+    out = decode(params, _prompt(tcfg.vocab_size), config=config, prompt_lengths=lengths_B)
+    for b in range(B):
+        n = min(int(after.n_B[b]), Y)
+        np.testing.assert_array_equal(np.asarray(after.out_BO[b, :n]),
+                                      np.asarray(out.tokens[b, :n]))
+        assert int(after.taus_BY[b, 0]) == int(out.accept_lengths[b, 0])
 
 
 def test_the_shape_check_can_fail(pair):

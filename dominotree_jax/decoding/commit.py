@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from dominotree_jax.decoding.accept import Accepted
 from dominotree_jax.decoding.draft import Draft
-from dominotree_jax.model.cache import KVCache, gather_rows, write_layer
+from dominotree_jax.model.cache import KVCache, KVRows, gather_rows, write_layer
 from dominotree_jax.model.drafter import DrafterContext
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
@@ -30,7 +30,7 @@ PAD = -1  # token value after ``num_tokens``
 class RoundRows(NamedTuple):
     """What one round keeps, in ``P`` path slots (root first; slots past the accepted path repeat
     its last row and are never visible)."""
-    kv: KVCache             # the kept rows' K/V, per layer [B, P, K, D] (its S is P)
+    kv: KVRows              # the kept rows' K/V, per layer [B, P, K, D]
     taps_BPF: Float[Array, "B P F"]  # their tapped target features
     new_BP: Int[Array, "B P"]        # tokens to append: accepted node tokens, then the bonus; PAD
     logp_BP: Float[Array, "B P"]     # their log-probs (zeros without log-probs)
@@ -86,8 +86,8 @@ def keep_rows(draft: Draft, acc: Accepted, rows: KVCache, taps_BRF, path_logprob
         ctx_kv = tuple((pad(k, mode="edge"), pad(v, mode="edge"))
                        for k, v in zip(k_rows, v_rows))
     rows_BP = pad(acc.rows_BP, mode="edge")
-    return RoundRows(kv=KVCache(k=tuple(gather_rows(k, rows_BP) for k in rows.k),
-                                v=tuple(gather_rows(v, rows_BP) for v in rows.v)),
+    return RoundRows(kv=KVRows(k=tuple(gather_rows(k, rows_BP) for k in rows.k),
+                               v=tuple(gather_rows(v, rows_BP) for v in rows.v)),
                      taps_BPF=gather_rows(taps_BRF, rows_BP),
                      new_BP=pad(new_BP, constant_values=PAD), logp_BP=pad(logp_BP),
                      num_nodes_B=acc.num_nodes_B, ctx_kv=ctx_kv)

@@ -43,6 +43,12 @@ class KVCache(NamedTuple):
                    tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)))
 
 
+class KVRows(NamedTuple):
+    """The K/V of some rows (a round's kept path), row-major per layer: not a cache."""
+    k: tuple[Float[Array, "B T K D"], ...]  # one per layer
+    v: tuple[Float[Array, "B T K D"], ...]
+
+
 # Batched writes/moves are gathers/scatters with explicit *batching dims* (operand batch dim <->
 # index batch dim) rather than an ``arange(B)`` index column: same result and speed on one
 # device, but XLA's SPMD partitioner then keeps a batch-sharded cache local instead of
