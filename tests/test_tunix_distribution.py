@@ -17,7 +17,7 @@ import pytest
 import dominotree_jax as dj
 from decode_helpers import FAST_XLA
 from dominotree_jax.api import _plain_forward
-from dominotree_jax.decoding.auto_size import CostTable
+from dominotree_jax.decoding.costs import CostTable
 from dominotree_jax.rollout import DominoTreeRollout, RolloutConfig
 from spec_fixtures import first_tokens_chi_square_p, tiny_pair
 
