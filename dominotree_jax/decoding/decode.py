@@ -29,6 +29,7 @@ from dominotree_jax.decoding.verify import verify_in_place, verify_rows
 from dominotree_jax.model.cache import KVCache, gather_rows, write_rows
 from dominotree_jax.model.drafter import DrafterContext
 from dominotree_jax.model.target import bind_target, prefill
+from dominotree_jax.precision import check_pair, params_precision
 from dominotree_jax.sampling import sample_tokens, sampling_logprobs
 
 
@@ -132,6 +133,9 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     S = cache_length(config, T)
     target = bind_target(config.target, params["target"])
     drafter = bind_drafter_for(config, params.get("drafter"))
+    if drafter is not None:   # the precision policy's pairings (precision.py), refused by name
+        check_pair(params_precision(params["target"], "target parameters"),
+                   params_precision(params["drafter"], "drafter parameters"))
     taps = tap_layers_for(config)
     dtype = jax.tree.leaves(params["target"])[0].dtype
 
