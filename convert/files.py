@@ -12,7 +12,9 @@ import os
 from convert.errors import CheckpointError
 from convert.safetensors_io import read_safetensors
 
-SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
+from dominotree_jax.precision import PRECISIONS
+
+SUPPORTED_DTYPES = PRECISIONS  # the precision policy's names (dominotree_jax/precision.py)
 # Buffers some exporters write that carry no parameters.
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 

@@ -17,6 +17,7 @@ from dominotree_jax.model.target import bind_target, causal_mask
 from dominotree_jax.decoding.decode import decode
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.costs import load_calibrated_costs
+from dominotree_jax.precision import check_pair, params_precision, precision_name
 
 
 @dataclasses.dataclass
@@ -63,8 +64,14 @@ def chat_token_ids(tokenizer, text: str, *, enable_thinking: bool | None = None,
 
 def load_target(path: str, *, dtype: str | None = "float32", tokenizer: bool = True) -> Target:
     """Load an HF checkpoint directory, a ``.gguf`` file (Llama architecture) or an orbax
-    directory written by ``python -m convert target``."""
+    directory written by ``python -m convert target``.
+
+    ``dtype``: the precision (``"float32"``, ``"bfloat16"``; docs/precision.md) the weights are
+    held in; ``None`` keeps the stored dtype. An unknown name is refused before anything loads.
+    """
     from convert.target import load_target_checkpoint
+    if dtype is not None:
+        dtype = precision_name(dtype, "target dtype")
     cfg, params, tokenizer_source = load_target_checkpoint(os.fspath(path), dtype)
     tok = load_tokenizer(tokenizer_source) if tokenizer and tokenizer_source else None
     return Target(cfg, params, tok)
@@ -149,10 +156,23 @@ class Pair:
                             method=method, **kw)
 
 
-def load_pair(target_path: str, drafter_path: str, *, dtype: str = "float32") -> Pair:
+def load_pair(target_path: str, drafter_path: str, *, dtype: str = "float32",
+              drafter_dtype: str | None = None) -> Pair:
     """Load a target (HF dir, ``.gguf`` or orbax dir) and a DFlash/Domino drafter directory;
-    the drafter is checked against the target (hidden size, vocab, tap layers, mask id)."""
+    the drafter is checked against the target (hidden size, vocab, tap layers, mask id).
+
+    ``dtype``: the target's precision; ``drafter_dtype`` the drafter's (default: the same).
+    ``dtype="float32", drafter_dtype="bfloat16"`` is the exact mode (bf16 drafting, float32
+    verification). Unknown names and pairings the policy cannot run (``precision.check_pair``)
+    are refused, naming both, before anything loads.
+    """
     from convert.drafter import load_drafter
+    drafter_dtype = dtype if drafter_dtype is None else drafter_dtype
+    check_pair(dtype, drafter_dtype)
     target = load_target(target_path, dtype=dtype)
-    dcfg, dparams = load_drafter(os.fspath(drafter_path), dtype=dtype, target_cfg=target.config)
+    dcfg, dparams = load_drafter(os.fspath(drafter_path), dtype=drafter_dtype,
+                                 target_cfg=target.config)
+    # orbax directories restore in their saved dtypes: check what was actually loaded
+    check_pair(params_precision(target.params, "target parameters"),
+               params_precision(dparams, "drafter parameters"))
     return Pair(target, dcfg, dparams)

@@ -53,8 +53,8 @@ def gru_advance(head: DominoHeadWeights, token_s: jax.Array, s_sG: jax.Array, dt
     """The state after appending ``token`` to the path: ``GRU(embed[token], s)``."""
     dtype = s_sG.dtype if dtype is None else dtype
     x_sH = jnp.take(head.embed, token_s, axis=0).astype(dtype)
-    return gru_step(x_sH, s_sG.astype(dtype), head.gru_w_ih.astype(dtype),
-                    head.gru_w_hh.astype(dtype))
+    # products in the weights' dtype with float32 accumulation (precision.py); state in ``dtype``
+    return gru_step(x_sH, s_sG.astype(dtype), head.gru_w_ih, head.gru_w_hh).astype(dtype)
 
 
 def gru_root_state(head: DominoHeadWeights, t0_s: jax.Array, dtype=None):
@@ -154,15 +154,16 @@ def domino_chain(head: DominoHeadWeights, z_BKH, base_BKV, t0_B, prefix_len: int
 
     Depths ``< prefix_len`` use ``base``; later depths the corrected logits with the GRU state
     after ``t0`` and the chain's earlier tokens. Log-probs are under the distribution used at
-    that depth. The head runs in the dtype of ``z``.
+    that depth. The GRU state runs in the dtype of ``z`` (float32 under the precision policy),
+    the products in the weights' dtype with float32 accumulation.
     """
     depths = z_BKH.shape[1]
     dtype = z_BKH.dtype
 
     def step(s_BG, xs):
         d, z_BH, base_BV = xs
-        corrected = corrected_logits(base_BV, z_BH, s_BG, head.proj_w1.astype(dtype),
-                                     head.proj_w2.astype(dtype)).astype(jnp.float32)
+        corrected = corrected_logits(base_BV, z_BH, s_BG, head.proj_w1,
+                                     head.proj_w2).astype(jnp.float32)
         tok_B, lp_B = greedy(jnp.where(d < prefix_len, base_BV, corrected))
         return gru_advance(head, tok_B, s_BG, dtype), (tok_B, lp_B)
 

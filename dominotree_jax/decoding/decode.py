@@ -23,6 +23,7 @@ from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import bind_drafter_for, tap_layers_for
 from dominotree_jax.decoding.round import LoopState, first_state, prefill_context, round_step
 from dominotree_jax.model.target import bind_target
+from dominotree_jax.precision import check_pair, params_precision
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Float, Int
@@ -115,6 +116,9 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     key = jax.random.key(0) if key is None else key
     target = bind_target(config.target, params["target"])
     drafter = bind_drafter_for(config, params.get("drafter"))
+    if drafter is not None:   # the precision policy's pairings (precision.py), refused by name
+        check_pair(params_precision(params["target"], "target parameters"),
+                   params_precision(params["drafter"], "drafter parameters"))
     policy = AutoPolicy(config, B) if config.is_auto else None
 
     pre = prefill_context(target=target, drafter=drafter, prompt_BT=prompt_BT,

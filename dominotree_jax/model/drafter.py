@@ -34,6 +34,7 @@ from dominotree_jax.domino_head import DominoHeadWeights
 from dominotree_jax.model.cache import write_rows_at
 from dominotree_jax.model.layers import (Attention, Linear, RMSNorm, SwiGLU, attend, rope_cos_sin,
                                          rope_inv_freq)
+from dominotree_jax.precision import params_precision, to_activation
 
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
@@ -140,7 +141,7 @@ class Drafter(nnx.Module):
     def context_rows(self, feats_BTF, positions_BT):
         """The context K/V of ``T`` tokens from their tapped target features: per drafter layer
         ``[B, T, K, D]`` (``fc`` + norm, then each layer's key/value projections)."""
-        x_BTH = self.hidden_norm(self.fc(feats_BTF.astype(self.dtype)))
+        x_BTH = self.hidden_norm(self.fc(feats_BTF))
         cos, sin = self._rope(positions_BT)
         kv = [layer.self_attn.keys_values(x_BTH, cos, sin) for layer in self.layers]
         return tuple(k for k, _ in kv), tuple(v for _, v in kv)
@@ -178,20 +179,20 @@ class Drafter(nnx.Module):
             masks[w] = jnp.concatenate(
                 [jnp.broadcast_to(ctx.visible(w)[:, None, :], (batch, Bs, S)),
                  jnp.ones((batch, Bs, Bs), bool)], axis=-1)
-        h_BTH = target.embed(tokens_BT).astype(self.dtype)
+        h_BTH = to_activation(target.embed(tokens_BT))   # float32 residual stream
         for i, layer in enumerate(self.layers):
             mask_BTS = masks[cfg.layer_window(i)]
             x_BTH = layer.input_layernorm(h_BTH)
             q_BTQD = layer.self_attn.queries(x_BTH, cos, sin)
             k_BTKD, v_BTKD = layer.self_attn.keys_values(x_BTH, cos, sin)
-            k_all = jnp.concatenate([ctx.k[i].astype(k_BTKD.dtype), k_BTKD], axis=1)
-            v_all = jnp.concatenate([ctx.v[i].astype(v_BTKD.dtype), v_BTKD], axis=1)
+            # the block's K/V in the context's dtype (products read both alike)
+            k_all = jnp.concatenate([ctx.k[i], k_BTKD.astype(ctx.k.dtype)], axis=1)
+            v_all = jnp.concatenate([ctx.v[i], v_BTKD.astype(ctx.v.dtype)], axis=1)
             h_BTH = h_BTH + layer.self_attn.output(attend(q_BTQD, k_all, v_all, mask_BTS))
             h_BTH = h_BTH + layer.mlp(layer.post_attention_layernorm(h_BTH))
         z_BTH = self.norm(h_BTH)
         z_BJH = z_BTH if cfg.shift_label else z_BTH[:, 1:]
-        head_dtype = target.head_weight_VH.dtype
-        base_BJV = target.logits(z_BJH.astype(head_dtype))
+        base_BJV = target.logits(z_BJH)
         return z_BJH, base_BJV
 
     # ------------------------------------------------------------------ Domino head
@@ -216,9 +217,7 @@ def drafter_graphdef(cfg: DrafterConfig, dtype_name: str = "float32"):
 
 def bind_drafter(cfg: DrafterConfig, params) -> Drafter:
     """A ``Drafter`` over the parameter pytree ``params`` (an ``nnx.State``); jit-safe."""
-    leaves = jax.tree.leaves(params)
-    dtype_name = jnp.dtype(leaves[0].dtype).name if leaves else "float32"
-    graphdef, _ = drafter_graphdef(cfg, dtype_name)
+    graphdef, _ = drafter_graphdef(cfg, params_precision(params, "drafter parameters"))
     return nnx.merge(graphdef, params)
 
 

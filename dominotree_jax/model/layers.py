@@ -28,8 +28,9 @@ class Linear(nnx.Module):
         self.bias = nnx.Param(jnp.zeros((out_features,), dtype)) if bias else None
 
     def __call__(self, x):
+        """float32 ``x @ W.T (+ b)``: ``x`` cast to the weight's dtype at the product only."""
         y = matmul_t(x, self.weight[...])
-        return y if self.bias is None else y + self.bias[...]
+        return y if self.bias is None else y + self.bias[...].astype(y.dtype)
 
 
 class Embedding(nnx.Module):
@@ -43,9 +44,10 @@ class RMSNorm(nnx.Module):
         self.eps = eps
 
     def __call__(self, x):
+        """Normalised in float32, returned in float32 (the weight is upcast)."""
         x32 = x.astype(jnp.float32)
         x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return self.weight[...] * x32.astype(x.dtype)
+        return self.weight[...].astype(jnp.float32) * x32
 
 
 class SwiGLU(nnx.Module):
@@ -122,12 +124,12 @@ def rope_cos_sin(positions, inv_freq, scale: float):
 
 
 def apply_rope(x_BTND, cos_BTD, sin_BTD):
-    """Rotate-half RoPE (pairs are (first half, second half)), computed in float32."""
+    """Rotate-half RoPE (pairs are (first half, second half)), computed and returned in
+    float32."""
     x32 = x_BTND.astype(jnp.float32)
     x1, x2 = jnp.split(x32, 2, axis=-1)
     rotated = jnp.concatenate([-x2, x1], axis=-1)
-    out = x32 * cos_BTD[:, :, None, :] + rotated * sin_BTD[:, :, None, :]
-    return out.astype(x_BTND.dtype)
+    return x32 * cos_BTD[:, :, None, :] + rotated * sin_BTD[:, :, None, :]
 
 
 # --------------------------------------------------------------------------- attention
@@ -136,19 +138,30 @@ def attend(q_BTND, k_BSKD, v_BSKD, mask_BTS):
     """Grouped-query attention of ``T`` queries over ``S`` keys with a boolean mask.
 
     ``N`` query heads share ``K`` key/value heads (``N % K == 0``). Softmax in float32.
-    Rows whose mask is all False produce zeros instead of NaN.
+    Rows whose mask is all False produce zeros instead of NaN. Products in the keys' dtype
+    (queries and probabilities are cast to it), accumulated in float32; float32 output.
     """
     B, T, N, D = q_BTND.shape
     K = k_BSKD.shape[2]
-    q = q_BTND.reshape(B, T, K, N // K, D)
+    q = q_BTND.astype(k_BSKD.dtype).reshape(B, T, K, N // K, D)
     scores = jnp.einsum("btkgd,bskd->bkgts", q, k_BSKD,
                         preferred_element_type=jnp.float32) * (D ** -0.5)
     scores = jnp.where(mask_BTS[:, None, None, :, :], scores, -jnp.inf)
     m = jnp.max(scores, axis=-1, keepdims=True)
     p = jnp.exp(scores - jnp.where(jnp.isfinite(m), m, 0.0))
     p = p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
-    out = jnp.einsum("bkgts,bskd->btkgd", p.astype(v_BSKD.dtype), v_BSKD)
-    return out.reshape(B, T, N, D)
+    if v_BSKD.dtype == jnp.float32:
+        out = jnp.einsum("bkgts,bskd->btkgd", p, v_BSKD)
+        return out.reshape(B, T, N, D)
+    # low precision: heads folded into the rows, one [G*T, S] x [S, D] product per (batch, kv
+    # head) with float32 accumulation (XLA CPU has no bf16 x bf16 -> f32 kernel for the 5-d
+    # einsum above when it is not fused)
+    S = v_BSKD.shape[1]
+    p_BKMS = p.astype(v_BSKD.dtype).reshape(B, K, (N // K) * T, S)
+    out_BKMD = jax.lax.dot_general(p_BKMS, v_BSKD.transpose(0, 2, 1, 3),
+                                   (((3,), (2,)), ((0, 1), (0, 1))),
+                                   preferred_element_type=jnp.float32)
+    return out_BKMD.reshape(B, K, N // K, T, D).transpose(0, 3, 1, 2, 4).reshape(B, T, N, D)
 
 
 # Blockwise (flash-style) attention over a KV cache with a structured mask. Query rows are new

@@ -27,6 +27,7 @@ from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.cache import KVCache, gather_rows, write_layer
 from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend,
                                          attend_cached, matmul_t, rope_cos_sin, rope_inv_freq)
+from dominotree_jax.precision import ACTIVATION_DTYPE, params_precision, to_activation
 
 PREFILL_CHUNK = 256  # prompt tokens per prefill forward (one compiled chunk program)
 
@@ -61,14 +62,16 @@ class TargetModel(nnx.Module):
 
     # -- pieces shared with the drafter (which has no embedding or head of its own)
     def embed(self, tokens):
-        return jnp.take(self.embed_tokens.weight[...], tokens, axis=0)
+        """Token embeddings in the activation dtype (float32: the residual stream's)."""
+        return to_activation(jnp.take(self.embed_tokens.weight[...], tokens, axis=0))
 
     @property
     def head_weight_VH(self) -> jax.Array:
         return self.embed_tokens.weight[...] if self.lm_head is None else self.lm_head.weight[...]
 
     def logits(self, hidden_sH):
-        """float32 logits ``[..., V]`` from final-normed hidden states."""
+        """float32 logits ``[..., V]`` from final-normed hidden states (a float32-accumulated
+        product whatever the weights' dtype: never quantised to bf16)."""
         return matmul_t(hidden_sH, self.head_weight_VH).astype(jnp.float32)
 
     def __call__(self, tokens_BT, positions_BT, mask_BTS, cache: KVCache, write_start_B,
@@ -92,6 +95,7 @@ class TargetModel(nnx.Module):
             # the pre-write cache made XLA copy every layer's cache to keep the old value.
             cache_k = write_layer(cache_k, k, write_start_B)
             cache_v = write_layer(cache_v, v, write_start_B)
+            q, k, v = _kv_operands(q, k, v, cache_k.dtype)
             return (attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
                                   mode=self.cfg.attention_impl), cache_k, cache_v)
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
@@ -103,6 +107,7 @@ class TargetModel(nnx.Module):
         (a cache only read inside a ``lax.switch`` branch is not copied; one updated there is
         copied whole by XLA)."""
         def attn(i, q, k, v, cache_k, cache_v):
+            q, k, v = _kv_operands(q, k, v, cache_k.dtype)
             out = attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
                                 mode=self.cfg.attention_impl)
             return out, cache_k, cache_v
@@ -141,6 +146,12 @@ class TargetModel(nnx.Module):
                           KVCache(tuple(rows_k), tuple(rows_v)))
 
 
+def _kv_operands(q, k, v, kv_dtype):
+    """Queries and the new rows' K/V in the cache's dtype: the attention products read them as
+    they will later be read back from the cache (float32: unchanged)."""
+    return q.astype(kv_dtype), k.astype(kv_dtype), v.astype(kv_dtype)
+
+
 @functools.lru_cache(maxsize=None)
 def target_graphdef(cfg: TargetConfig, dtype_name: str = "float32"):
     """(graphdef, abstract state) of a ``TargetModel`` for ``cfg``: no arrays are allocated."""
@@ -157,8 +168,7 @@ def bind_target(cfg: TargetConfig, params) -> TargetModel:
 
 
 def _params_dtype(params) -> str:
-    leaves = jax.tree.leaves(params)
-    return jnp.dtype(leaves[0].dtype).name if leaves else "float32"
+    return params_precision(params, "target parameters")
 
 
 def init_target_params(cfg: TargetConfig, seed: int = 0, dtype=jnp.float32):
@@ -191,12 +201,11 @@ def prefill(target: TargetModel, prompt_BT, lengths_B, max_len: int,
     if T > max_len:
         raise ValueError(f"prompt width {T} exceeds the cache length {max_len}")
     C = min(chunk, T)
-    dtype = target.embed_tokens.weight[...].dtype
     cache = KVCache.zeros(cfg.num_hidden_layers, B, max_len, cfg.num_key_value_heads,
-                          cfg.head_dim, dtype)
+                          cfg.head_dim, target.embed_tokens.weight[...].dtype)
     F = len(tap_layers) * cfg.hidden_size
-    hidden_BTH = jnp.zeros((B, T, cfg.hidden_size), dtype)
-    taps_BTF = jnp.zeros((B, T, F), dtype)
+    hidden_BTH = jnp.zeros((B, T, cfg.hidden_size), ACTIVATION_DTYPE)
+    taps_BTF = jnp.zeros((B, T, F), ACTIVATION_DTYPE)
     causal_CC = jnp.arange(C)[None, :] <= jnp.arange(C)[:, None]
 
     def one_chunk(c, carry):

@@ -1,0 +1,77 @@
+"""float32 vs bf16 matrix products at the target's shapes: the microbenchmark behind the
+precision choice (docs/precision.md).
+
+Jitted ``[m, K] x [K, N]`` products as the engine runs them (``precision.product``: float32,
+or bf16 x bf16 with float32 accumulation), median of ``--repeats`` interleaved calls, for every
+product of SmolLM2-135M (or ``--target``) at ``--rows``; then the sum over one whole forward
+(30 layers + head) and the faster dtype per row count. Prints a markdown table.
+
+    JAX_PLATFORMS=cpu python benchmarks/bench_precision.py [--rows 1,16,17,32,64] [--repeats 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+import jax  # noqa: E402
+
+from dominotree_jax.bench import matmul  # noqa: E402
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def bf16_units() -> str:
+    try:
+        flags = set(open("/proc/cpuinfo").read().split())
+    except OSError:
+        return "unknown"
+    have = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+    return ", ".join(have) if have else "none (no amx_bf16, no avx512_bf16)"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default=None, help="target .gguf / HF dir (default: SmolLM2)")
+    ap.add_argument("--rows", default="1,16,17,32,64")
+    ap.add_argument("--repeats", type=int, default=30)
+    args = ap.parse_args(argv)
+    rows = tuple(int(r) for r in args.rows.split(","))
+    if args.target:
+        import dominotree_jax as dj
+        cfg = dj.load_target(args.target, tokenizer=False).config
+    else:
+        from dominotree_jax.config import TargetConfig
+        cfg = TargetConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                           num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                           head_dim=64, tie_word_embeddings=True)
+    t0 = time.perf_counter()
+    table = matmul.time_products(matmul.product_shapes(cfg), rows, repeats=args.repeats)
+    fastest = matmul.fastest_precision(cfg, table, rows)
+    print(f"CPU: {cpu_model()}; bf16 matrix units: {bf16_units()}; jax {jax.__version__}, "
+          f"{jax.devices()[0]}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
+    print("ms per product, float32 / bf16 x bf16 -> float32 (median of "
+          f"{args.repeats}; `jax.jit(precision.product)`):\n")
+    print(matmul.markdown_table(cfg, table, rows))
+    print("\nfaster precision for one forward's products: "
+          + ", ".join(f"{m} rows: {d}" for m, d in fastest.items())
+          + f"  ({time.perf_counter() - t0:.0f} s)")
+    return table
+
+
+if __name__ == "__main__":
+    main()

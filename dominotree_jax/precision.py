@@ -1,0 +1,87 @@
+"""The precision policy (docs/precision.md), in one place.
+
+A *precision* names the dtype the weights are stored in; everything else follows from it:
+
+- **weights** (target, drafter, Domino head) in the precision's dtype;
+- **matrix products**: operands in the weights' dtype, accumulated and returned in float32
+  (``product``: the activation is cast to the weight's dtype at the product's input only);
+- **float32 everywhere else**: the residual stream, RMSNorm, RoPE, softmax, logits, sampling,
+  tree scores and the GRU state (``ACTIVATION_DTYPE``);
+- **KV caches** (target and drafter context) stored in the weights' dtype (half the memory in
+  bf16); the attention products read them with float32 accumulation.
+
+With ``float32`` every step is the float32 computation the engine always ran (bit for bit).
+
+Pairings (``check_pair``): a drafter runs in the target's precision, or in ``bfloat16`` under a
+``float32`` target -- the *exact* mode: bf16 drafting, float32 verification, so every method
+stays token-identical to float32 ``ar`` at T=0. A drafter more precise than its target buys
+nothing and is refused, as is any mix of the two 16-bit formats.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+PRECISIONS = ("float32", "bfloat16", "float16")
+ACTIVATION_DTYPE = jnp.float32   # residual stream, norms, RoPE, softmax, logits, GRU state
+ACCUMULATION_DTYPE = jnp.float32  # every matrix product accumulates and returns float32
+# (target, drafter) precisions a pair may hold
+PAIRINGS = frozenset({("float32", "float32"), ("bfloat16", "bfloat16"), ("float16", "float16"),
+                      ("float32", "bfloat16")})
+
+
+class PrecisionError(ValueError):
+    """An unknown precision, or a target/drafter pairing the policy cannot run."""
+
+
+def precision_name(dtype, what: str = "dtype") -> str:
+    """The canonical name (``"float32"``, ``"bfloat16"``, ``"float16"``) of a dtype or name;
+    anything else is refused naming it and the supported ones."""
+    try:
+        name = jnp.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in PRECISIONS:
+        raise PrecisionError(f"unknown {what} {dtype!r}; supported precisions: "
+                             f"{', '.join(PRECISIONS)}")
+    return name
+
+
+def params_precision(params, what: str = "parameters") -> str:
+    """The precision of a parameter pytree (all floating leaves must share one dtype)."""
+    names = {jnp.dtype(x.dtype).name for x in jax.tree.leaves(params)
+             if jnp.issubdtype(x.dtype, jnp.floating)}
+    if not names:
+        return "float32"
+    if len(names) > 1:
+        raise PrecisionError(f"{what} mix dtypes {sorted(names)}; one precision per model")
+    return precision_name(names.pop(), f"{what} dtype")
+
+
+def check_pair(target_dtype, drafter_dtype) -> tuple[str, str]:
+    """``(target, drafter)`` precision names, or ``PrecisionError`` naming both."""
+    t = precision_name(target_dtype, "target dtype")
+    d = precision_name(drafter_dtype, "drafter dtype")
+    if (t, d) not in PAIRINGS:
+        allowed = ", ".join(f"{a}+{b}" for a, b in sorted(PAIRINGS))
+        raise PrecisionError(f"a {d} drafter cannot be paired with a {t} target (the drafter "
+                             f"runs in the target's precision, or in bfloat16 under a float32 "
+                             f"target); supported target+drafter pairs: {allowed}")
+    return t, d
+
+
+def product(x_sI: jax.Array, w_OI: jax.Array, precision=None) -> jax.Array:
+    """``x @ w.T`` under the policy: operands in ``w``'s dtype, float32 accumulation and output.
+
+    A float32 weight runs the plain float32 product (unchanged from the float32 engine)."""
+    dims = (((x_sI.ndim - 1,), (1,)), ((), ()))
+    if w_OI.dtype == jnp.float32:
+        return jax.lax.dot_general(x_sI.astype(jnp.float32), w_OI, dims, precision=precision)
+    return jax.lax.dot_general(x_sI.astype(w_OI.dtype), w_OI, dims, precision=precision,
+                               preferred_element_type=ACCUMULATION_DTYPE)
+
+
+def to_activation(x: jax.Array) -> jax.Array:
+    """``x`` in the activation dtype (float32)."""
+    return x.astype(ACTIVATION_DTYPE)

@@ -1,0 +1,301 @@
+"""The precision policy (dominotree_jax/precision.py, docs/precision.md): the dtype at every
+product boundary, float32 everywhere else, refusals, the exact mode, T>0 distributions in bf16
+and, on the real SmolLM2, the bf16 T=0 near-tie property."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dominotree_jax as dj
+from dominotree_jax import DecodeConfig, decode
+from dominotree_jax.domino_head import domino_chain
+from dominotree_jax.model.cache import KVCache
+from dominotree_jax.model.drafter import DrafterContext, bind_drafter
+from dominotree_jax.model.target import bind_target, prefill
+from dominotree_jax.precision import (PrecisionError, check_pair, params_precision,
+                                      precision_name, product)
+
+sys.path.insert(0, os.path.dirname(__file__))
+from spec_fixtures import first_tokens_chi_square_p, tiny_pair  # noqa: E402
+
+BF16, F32 = jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)
+METHODS = ("dflash", "domino", "ddtree", "dominotree")
+jdecode = jax.jit(decode, static_argnames="config")
+# primitives that only move, select or convert data: allowed to see bf16 operands
+MOVES = {"reshape", "transpose", "broadcast_in_dim", "concatenate", "slice", "dynamic_slice",
+         "dynamic_update_slice", "gather", "scatter", "select_n", "squeeze", "expand_dims",
+         "copy", "copy_p", "pad", "convert_element_type", "split", "pjit", "jit", "while",
+         "cond", "scan", "closed_call", "optimization_barrier", "stack"}
+
+
+def _bf16(tree):
+    return jax.tree.map(lambda x: x.astype(jnp.bfloat16), tree)
+
+
+def _eqns(jaxpr):
+    """Every equation of a jaxpr and of the jaxprs nested in it (jit, loops, branches)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _eqns(inner)
+
+
+def _dtypes(vs):
+    return [jnp.dtype(v.aval.dtype) for v in vs if hasattr(v.aval, "dtype")
+            and not jnp.issubdtype(v.aval.dtype, jax.dtypes.extended)]
+
+
+def policy_report(fn, *args):
+    """(dot_generals as (operand dtypes, output dtype), primitives that read bf16 although they
+    compute: anything but a product, a move or a convert)."""
+    closed = jax.make_jaxpr(fn)(*args)
+    dots, bf16_compute = [], set()
+    for eqn in _eqns(closed.jaxpr):
+        ins = _dtypes(eqn.invars)
+        if eqn.primitive.name == "dot_general":
+            dots.append((tuple(ins), _dtypes(eqn.outvars)[0]))
+        elif eqn.primitive.name not in MOVES and BF16 in ins:
+            bf16_compute.add(eqn.primitive.name)
+    return dots, bf16_compute
+
+
+def assert_bf16_policy(fn, *args, min_dots=1):
+    dots, bf16_compute = policy_report(fn, *args)
+    assert len(dots) >= min_dots, dots
+    bad = [d for d in dots if d != ((BF16, BF16), F32)]
+    assert not bad, f"products not bf16 x bf16 -> float32: {bad[:5]}"
+    assert not bf16_compute, f"bf16 outside the products: {sorted(bf16_compute)}"
+
+
+# ------------------------------------------------------------------ names and pairings
+
+def test_unknown_precisions_are_refused_by_name():
+    assert precision_name("bfloat16") == "bfloat16" and precision_name(jnp.float32) == "float32"
+    for bad in ("float64", "int8", "fp8", "bf16x"):
+        with pytest.raises(PrecisionError, match=f"unknown target dtype '{bad}'"):
+            precision_name(bad, "target dtype")
+    # refused before any file is read (the path does not exist)
+    with pytest.raises(PrecisionError, match="unknown target dtype 'float64'.*bfloat16"):
+        dj.load_target("/nonexistent/model.gguf", dtype="float64")
+    with pytest.raises(PrecisionError, match="unknown drafter dtype 'bf8'"):
+        dj.load_pair("/nonexistent/t.gguf", "/nonexistent/d", drafter_dtype="bf8")
+
+
+def test_pairings_the_policy_cannot_run_are_refused_naming_both():
+    assert check_pair("float32", "bfloat16") == ("float32", "bfloat16")   # exact mode
+    assert check_pair("bfloat16", jnp.bfloat16) == ("bfloat16", "bfloat16")
+    for t, d in (("bfloat16", "float32"), ("float16", "bfloat16"), ("bfloat16", "float16")):
+        with pytest.raises(PrecisionError, match=f"a {d} drafter cannot be paired with a {t} "
+                                                 f"target"):
+            check_pair(t, d)
+    with pytest.raises(PrecisionError, match="a float32 drafter cannot be paired with a "
+                                             "bfloat16 target"):
+        dj.load_pair("/nonexistent/t.gguf", "/nonexistent/d", dtype="bfloat16",
+                     drafter_dtype="float32")
+    tcfg, dcfg, params = tiny_pair()
+    bad = {"target": _bf16(params["target"]), "drafter": params["drafter"]}
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", max_new_tokens=4,
+                       budget=4, node_topk=2, top_m=8)
+    with pytest.raises(PrecisionError, match="float32 drafter cannot be paired with a bfloat16"):
+        decode(bad, jnp.array([1, 2, 3]), config=cfg)
+    with pytest.raises(PrecisionError, match="mix dtypes"):
+        params_precision({"a": jnp.zeros(2), "b": jnp.zeros(2, jnp.bfloat16)})
+    assert params_precision(params["target"]) == "float32"
+
+
+# ------------------------------------------------------------------ dtype at every boundary
+
+def test_product_casts_the_activation_and_accumulates_in_float32():
+    x = jax.random.normal(jax.random.key(0), (3, 64))
+    w = jax.random.normal(jax.random.key(1), (5, 64))
+    y = product(x, w.astype(jnp.bfloat16))
+    assert y.dtype == F32
+    want = np.asarray(x.astype(jnp.bfloat16), np.float64) @ np.asarray(
+        w.astype(jnp.bfloat16), np.float64).T
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5, atol=1e-5)
+    # a float32 weight: the plain float32 product, bit for bit
+    np.testing.assert_array_equal(
+        product(x, w), jax.lax.dot_general(x, w, (((1,), (1,)), ((), ()))))
+
+
+def _target_fns(tcfg, tparams, B=2, T=5, S=24):
+    target = bind_target(tcfg, tparams)
+    dtype = jax.tree.leaves(tparams)[0].dtype
+    tokens = jnp.arange(B * T, dtype=jnp.int32).reshape(B, T) % tcfg.vocab_size
+
+    def verify_like(tokens_BT):
+        cache = KVCache.zeros(tcfg.num_hidden_layers, B, S, tcfg.num_key_value_heads,
+                                 tcfg.head_dim, dtype)
+        start = jnp.full((B,), 3, jnp.int32)
+        pos = start[:, None] + jnp.arange(T)[None]
+        causal = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, T, T))
+        out = target.forward_cached(tokens_BT, pos, cache, start, start, causal, (0, 1))
+        return target.logits(out.hidden), out.taps
+
+    def prefill_logits(tokens_BT):
+        return prefill(target, tokens_BT, jnp.full((B,), T, jnp.int32), S, (0, 1))[1]
+
+    return tokens, verify_like, prefill_logits
+
+
+def test_bf16_target_forward_products_are_bf16_with_float32_everything_else():
+    tcfg, _, params = tiny_pair()
+    tokens, verify_like, prefill_logits = _target_fns(tcfg, _bf16(params["target"]))
+    L = tcfg.num_hidden_layers
+    assert_bf16_policy(verify_like, tokens, min_dots=L * 9 + 1)   # 7 projections + 2 attention
+    assert_bf16_policy(prefill_logits, tokens, min_dots=L * 9 + 1)
+    logits, taps = verify_like(tokens)
+    assert logits.dtype == F32 and taps.dtype == F32
+    # float32 logits from a float32-accumulated head: not quantised to bf16 steps
+    requantised = np.asarray(logits.astype(jnp.bfloat16).astype(jnp.float32))
+    assert np.mean(requantised != np.asarray(logits)) > 0.9
+
+
+def test_float32_target_has_no_low_precision_anywhere():
+    tcfg, _, params = tiny_pair()
+    tokens, verify_like, _ = _target_fns(tcfg, params["target"])
+    closed = jax.make_jaxpr(verify_like)(tokens)
+    seen = {d for eqn in _eqns(closed.jaxpr) for d in _dtypes(eqn.invars) + _dtypes(eqn.outvars)}
+    assert BF16 not in seen and jnp.dtype(jnp.float16) not in seen
+
+
+def test_bf16_drafter_block_and_domino_chain_follow_the_policy():
+    tcfg, dcfg, params = tiny_pair()
+    p = _bf16(params)
+    B, S = 2, 16
+    ctx = DrafterContext.zeros(dcfg, B, S, jnp.bfloat16)
+    F = len(dcfg.target_layer_ids) * dcfg.hidden_size
+    feats = jax.random.normal(jax.random.key(2), (B, 6, F))
+
+    def draft(p, feats):
+        target, drafter = bind_target(tcfg, p["target"]), bind_drafter(dcfg, p["drafter"])
+        pos = jnp.broadcast_to(jnp.arange(6), (B, 6))
+        c = drafter.extend_context(ctx, feats, pos, jnp.zeros((B,), jnp.int32),
+                                   jnp.full((B,), 6, jnp.int32))
+        z, base = drafter.draft(target, c, jnp.array([3, 4]), c.length)
+        toks, lps = domino_chain(drafter.head_weights(target), z, base, jnp.array([3, 4]),
+                                 dcfg.pure_draft_prefix_len)
+        return z, base, toks, lps, c.k
+
+    assert_bf16_policy(draft, p, feats, min_dots=10)
+    z, base, _, lps, ctx_k = draft(p, feats)
+    assert (z.dtype, base.dtype, lps.dtype, ctx_k.dtype) == (F32, F32, F32, BF16)
+
+
+def test_bf16_decode_round_follows_the_policy():
+    tcfg, dcfg, params = tiny_pair()
+    p = _bf16(params)
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="domino", max_new_tokens=6)
+    dots, _ = policy_report(lambda p: decode(p, jnp.array([1, 2, 3]), config=cfg).tokens, p)
+    bad = [d for d in dots if d != ((BF16, BF16), F32)]
+    assert len(dots) > 20 and not bad, bad[:5]
+
+
+# ------------------------------------------------------------------ lossless semantics
+
+def test_exact_mode_bf16_drafter_float32_target_is_token_identical_to_float32_ar():
+    tcfg, dcfg, params = tiny_pair()
+    exact = {"target": params["target"], "drafter": _bf16(params["drafter"])}
+    prompt = jnp.array([3, 17, 5, 9, 33, 2, 8])
+    ref = jdecode(params, prompt, config=DecodeConfig(target=tcfg, drafter=dcfg, method="ar",
+                                                      max_new_tokens=32))
+    for method in METHODS:
+        cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=32,
+                           budget=6, node_topk=3, top_m=16)
+        out = jdecode(exact, prompt, config=cfg)
+        np.testing.assert_array_equal(out.tokens, ref.tokens, err_msg=method)
+
+
+def _exact_joint(tcfg, tparams, prompt, V):
+    """P(first three tokens) of the target's own (bf16) logits, enumerating every prefix."""
+    import itertools
+
+    from dominotree_jax.api import _plain_forward
+    seqs = np.array(list(itertools.product(range(V), repeat=2)))
+    toks = np.concatenate([np.tile(prompt, (len(seqs), 1)), seqs], axis=1)
+    lp = np.asarray(jax.nn.log_softmax(_plain_forward(tparams, jnp.asarray(toks), tcfg), -1),
+                    np.float64)
+    P = len(prompt)
+    probs = np.zeros((V, V, V))
+    for row, s in enumerate(seqs):
+        probs[tuple(s)] = (np.exp(lp[row, P - 1, s[0]] + lp[row, P, s[1]])
+                           * np.exp(lp[row, P + 1]))
+    return probs
+
+
+@pytest.mark.parametrize("method", ["ar", "domino", "dominotree"])
+def test_bf16_sampling_matches_the_bf16_target_distribution(method):
+    V, runs = 6, 20000
+    tcfg, dcfg, params = tiny_pair(vocab=V, block_size=4, seed=3)
+    p = _bf16(params)
+    prompt = np.array([1, 4, 2])
+    exact = _exact_joint(tcfg, p["target"], prompt, V).reshape(-1)
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=3,
+                       temperature=1.0, budget=6, node_topk=2, top_m=0)
+    out = jdecode(p, jnp.tile(prompt, (runs, 1)), config=cfg, key=jax.random.key(7))
+    toks = np.asarray(out.tokens)
+    assert (toks >= 0).all()
+    pval = first_tokens_chi_square_p(toks, exact, V)
+    assert pval > 1e-3, (method, pval)
+    if method != "ar":
+        assert int(np.asarray(out.accept_lengths).max()) > 1
+
+
+# ------------------------------------------------------------------ the real model
+
+@pytest.mark.slow
+def test_smollm2_bf16_divergences_from_ar_are_near_ties(smollm2_path):
+    """bf16 R-row verification and one-row steps round differently: a speculative method may
+    part from bf16 ``ar`` at T=0, but only where the two tokens' logits are within the measured
+    bf16 noise of each other (both near the best)."""
+    from dominotree_jax.assets import smollm2_drafter_path
+    pair = dj.load_pair(smollm2_path, smollm2_drafter_path(), dtype="bfloat16")
+    tgt = pair.target
+    tcfg = tgt.config
+    prompts = [tgt.chat_prompt(t) for t in ("Write a haiku about the sea.",
+                                            "What is 17 * 23? Think step by step.")]
+    n_new, rows = 40, 17
+
+    def all_logits(ids, chunk):
+        """float32 logits at every position of ``ids``, computed ``chunk`` rows per forward."""
+        ids_1T = jnp.asarray(np.asarray(ids, np.int32)[None])
+        T = ids_1T.shape[1]
+        fwd = jax.jit(lambda tp, x: bind_target(tcfg, tp).logits(
+            prefill(bind_target(tcfg, tp), x, jnp.array([T]), T + 1, (), chunk)[0].hidden))
+        return np.asarray(fwd(tgt.params, ids_1T)[0])
+
+    divergences, noise = [], 0.0
+    for prompt in prompts:
+        ar = np.asarray(jdecode(pair.params, jnp.asarray(prompt), config=pair.config(
+            "ar", max_new_tokens=n_new, stop_ids=())).tokens[0])
+        seq = list(prompt) + ar.tolist()
+        one_row = all_logits(seq, 1)           # what one-row steps compute
+        many = all_logits(seq, rows)            # what a 17-row verification computes
+        P = len(prompt)
+        noise = max(noise, float(np.max(np.abs(one_row[P - 1:] - many[P - 1:]))))
+        # ar is one-row greedy (its prompt was prefilled in one chunk, so its logits differ
+        # from these by bf16 noise too: most, not all, positions agree)
+        assert np.mean(one_row[P - 1:-1].argmax(-1) == ar) >= 0.8
+        for method in ("domino", "dominotree"):
+            out = np.asarray(jdecode(pair.params, jnp.asarray(prompt), config=pair.config(
+                method, max_new_tokens=n_new, stop_ids=(), budget=16)).tokens[0])
+            differ = np.nonzero(out != ar)[0]
+            if differ.size:
+                i = int(differ[0])
+                row = one_row[P - 1 + i]
+                divergences.append((method, i, float(row[ar[i]] - row[out[i]])))
+    assert 0 < noise < 1.0, noise
+    # the speculative token was the argmax of rows that differ from the one-row logits by at
+    # most ``noise``, ar's the argmax of logits as close to them: |gap| is at most twice it
+    for method, i, gap in divergences:
+        assert abs(gap) <= 2 * noise, (method, i, gap, noise)
+    print(f"bf16 noise {noise:.4f}; divergences {divergences}")
