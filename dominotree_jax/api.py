@@ -151,7 +151,9 @@ class Pair:
         ``DecodeConfig`` itself never reads a file."""
         kw.setdefault("stop_ids", self.target.eos_ids)
         if kw.get("budget") == "auto" and method != "ar" and kw.get("auto_costs") is None:
-            kw["auto_costs"] = load_calibrated_costs(self.target.config, self.drafter_config)
+            kw["auto_costs"] = load_calibrated_costs(
+                self.target.config, self.drafter_config,
+                precision=params_precision(self.target.params, "target parameters"))
         return DecodeConfig(target=self.target.config, drafter=self.drafter_config,
                             method=method, **kw)
 

@@ -2,6 +2,13 @@
 
     python -m dominotree_jax.calibrate [--target PATH] [--drafter DIR|random] [--batches 1,16]
         [--rows 1,3,5,9,17] [--context 256] [--rounds 8] [--repeats 5] [--out PATH] [--dry-run]
+        [--precision auto|float32|bfloat16]
+
+Precision first (docs/precision.md): with ``--precision auto`` (the default) the target's own
+matrix products are timed in float32 and in bf16 (``bench/matmul.py``) at one row (an AR step)
+and at the largest ``--rows`` (a verify); the precision whose step + verify products take less
+time is chosen (on a CPU without bf16 matrix units that is float32), printed, and the round costs
+below are measured with the pair in it. The table is stored per precision.
 
 Every cost is in ``ar`` steps (one round of plain decoding at the same batch size), each the
 median of ``--repeats`` timed calls of a jitted loop of ``--rounds`` rounds against a committed
@@ -172,6 +179,38 @@ def calibrate_batch(pair, batch: int, rows: tuple[int, ...], methods, *, context
                      source="calibrated")
 
 
+def choose_precision(product_ms: dict[str, dict[int, float]], rows: tuple[int, ...]) -> str:
+    """The precision whose products of a one-row step plus a ``max(rows)``-row verify take
+    least time; ``product_ms[precision][rows]`` is one target forward's product milliseconds.
+    Ties go to float32 (exact, and the default)."""
+    verify = max(rows)
+    cost = {p: t[1] + t[verify] for p, t in product_ms.items()}
+    return min(sorted(cost), key=lambda p: (cost[p], p != "float32"))
+
+
+def measure_precisions(target_cfg, rows: tuple[int, ...], repeats: int) -> dict:
+    """``{precision: {rows: ms}}``: one target forward's matrix products, float32 vs bf16."""
+    from dominotree_jax.bench import matmul
+    counts = (1, max(rows))
+    table = matmul.time_products(matmul.product_shapes(target_cfg), rows=counts,
+                                 repeats=max(5, repeats))
+    return {dt: {m: round(matmul.forward_product_ms(target_cfg, table, m, dt), 3)
+                 for m in counts} for dt in matmul.DTYPES}
+
+
+def cast_pair(pair, precision: str):
+    """``pair`` with target and drafter parameters in ``precision`` (the policy's dtype)."""
+    import dataclasses
+
+    dt = jnp.dtype(precision)
+
+    def cast(tree):
+        return jax.tree.map(lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating)
+                            else x, tree)
+    target = dataclasses.replace(pair.target, params=cast(pair.target.params))
+    return dataclasses.replace(pair, target=target, drafter_params=cast(pair.drafter_params))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dominotree_jax.calibrate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -184,6 +223,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None, help="cost file (default: the cached one)")
     ap.add_argument("--dry-run", action="store_true", help="print, do not write")
+    ap.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"),
+                    help="the pair's precision (auto: the faster products on this machine)")
     args = ap.parse_args(argv)
     rows = tuple(sorted(set(args.rows)))
     if not rows or rows[0] != 1 or len(rows) < 2:
@@ -195,6 +236,16 @@ def main(argv=None):
     from dominotree_jax.decoding import costs
 
     pair, target_name, drafter_name = load_models(args.target, args.drafter)
+    product_ms = None
+    precision = args.precision
+    if precision == "auto":
+        product_ms = measure_precisions(pair.target.config, rows, args.repeats)
+        precision = choose_precision(product_ms, rows)
+        print(f"products of one forward, ms (1 row / {max(rows)} rows): "
+              + ", ".join(f"{p} {t[1]:.1f} / {t[max(rows)]:.1f}" for p, t in product_ms.items())
+              + f" -> {precision}", file=sys.stderr)
+    if precision != "float32":
+        pair = cast_pair(pair, precision)
     methods = usable_methods(("dflash", "domino", "ddtree", "condstatic", "dominotree"),
                              pair.drafter_config)
     print(f"calibrating {target_name} + {drafter_name} on {jax.default_backend()} "
@@ -207,9 +258,10 @@ def main(argv=None):
         print(t.to_json())
     if not args.dry_run:
         info = {"target": target_name, "drafter": drafter_name, "context": args.context,
+                "precision": precision, "product_ms": product_ms,
                 "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         path = costs.save_costs(pair.target.config, pair.drafter_config, tables,
-                                    path=args.out, info=info)
+                                path=args.out, info=info, precision=precision)
         print(f"wrote {path}", file=sys.stderr)
     return tables
 

@@ -299,3 +299,43 @@ def test_smollm2_bf16_divergences_from_ar_are_near_ties(smollm2_path):
     for method, i, gap in divergences:
         assert abs(gap) <= 2 * noise, (method, i, gap, noise)
     print(f"bf16 noise {noise:.4f}; divergences {divergences}")
+
+
+# ------------------------------------------------------------------ calibration's choice
+
+def test_calibrate_chooses_the_precision_with_the_faster_step_and_verify():
+    from dominotree_jax.calibrate import choose_precision
+    rows = (1, 3, 17)
+    # this session's CPU (no bf16 units): one-row bf16 products are slower, 17 rows a tie
+    no_units = {"float32": {1: 57.0, 17: 80.5}, "bfloat16": {1: 133.3, 17: 76.6}}
+    assert choose_precision(no_units, rows) == "float32"
+    # an AMX machine (shared/MEASUREMENTS.md): bf16 verify rows are several times faster
+    amx = {"float32": {1: 28.3, 17: 68.2}, "bfloat16": {1: 30.0, 17: 23.0}}
+    assert choose_precision(amx, rows) == "bfloat16"
+    assert choose_precision({"bfloat16": {1: 1.0, 17: 2.0},
+                             "float32": {1: 1.0, 17: 2.0}}, rows) == "float32"   # tie: exact
+
+
+def test_calibrated_costs_are_stored_per_precision(tmp_path):
+    from dominotree_jax.decoding import costs
+    tcfg, dcfg, _ = tiny_pair()
+    key32 = costs.machine_key(tcfg, dcfg)
+    assert costs.machine_key(tcfg, dcfg, "float32") == key32      # old files stay valid
+    assert costs.machine_key(tcfg, dcfg, "bfloat16") == key32 + "|bfloat16"
+    path = str(tmp_path / "costs.json")
+    bf16 = (costs.CostTable(batch=1, verify=((1, 1.0), (9, 1.2))),)
+    costs.save_costs(tcfg, dcfg, bf16, path=path, precision="bfloat16")
+    assert costs.load_calibrated_costs(tcfg, dcfg, path, precision="float32") == \
+        costs.default_tables()
+    got = costs.load_calibrated_costs(tcfg, dcfg, path, precision="bfloat16")
+    assert [t.verify for t in got] == [t.verify for t in bf16]
+
+
+def test_cast_pair_puts_every_float_parameter_in_the_precision():
+    from dominotree_jax.calibrate import cast_pair
+    tcfg, dcfg, params = tiny_pair()
+    pair = dj.Pair(dj.Target(tcfg, params["target"], None), dcfg, params["drafter"])
+    cast = cast_pair(pair, "bfloat16")
+    assert params_precision(cast.target.params) == "bfloat16"
+    assert params_precision(cast.drafter_params) == "bfloat16"
+    assert params_precision(pair.target.params) == "float32"      # the original is untouched

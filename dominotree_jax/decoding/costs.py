@@ -126,12 +126,15 @@ def _fingerprint(cfg) -> str:
     return hashlib.sha1(repr(sorted(fields.items())).encode()).hexdigest()[:12]
 
 
-def machine_key(target_cfg, drafter_cfg) -> str:
-    """Backend, device kind and the two models' shapes: what the costs depend on."""
+def machine_key(target_cfg, drafter_cfg, precision: str = "float32") -> str:
+    """Backend, device kind, the two models' shapes and the target's precision
+    (``dominotree_jax/precision.py``): what the costs depend on. float32 keys carry no
+    precision suffix (cost files written before precisions existed stay valid)."""
     dev = jax.devices()[0]
     kind = getattr(dev, "device_kind", "") or dev.platform
+    suffix = "" if precision == "float32" else f"|{precision}"
     return (f"{jax.default_backend()}|{kind}|{os.cpu_count()}cpu|target-{_fingerprint(target_cfg)}"
-            f"|drafter-{_fingerprint(drafter_cfg)}")
+            f"|drafter-{_fingerprint(drafter_cfg)}{suffix}")
 
 
 def _read(path: str) -> dict:
@@ -152,17 +155,17 @@ def default_tables() -> tuple[CostTable, ...]:
     return tuple(CostTable.default(b) for b in DEFAULT_BATCHES)
 
 
-def load_calibrated_costs(target_cfg, drafter_cfg,
-                          path: str | None = None) -> tuple[CostTable, ...]:
-    """The calibrated tables for this machine and model pair (from ``path``, else
-    ``cost_file_path()``), else ``default_tables()``. Reads the file and queries the devices
+def load_calibrated_costs(target_cfg, drafter_cfg, path: str | None = None, *,
+                          precision: str = "float32") -> tuple[CostTable, ...]:
+    """The calibrated tables for this machine, model pair and target precision (from ``path``,
+    else ``cost_file_path()``), else ``default_tables()``. Reads the file and queries the devices
     (``machine_key``): call it outside jit and pass the result as ``auto_costs``."""
     path = path or cost_file_path()
     if not os.path.exists(path):
         if path == os.environ.get(COSTS_ENV):
             raise ValueError(f"{COSTS_ENV}={path}: no such cost file")
         return default_tables()
-    entry = _read(path).get("machines", {}).get(machine_key(target_cfg, drafter_cfg))
+    entry = _read(path).get("machines", {}).get(machine_key(target_cfg, drafter_cfg, precision))
     if not entry:
         return default_tables()
     try:
@@ -172,11 +175,13 @@ def load_calibrated_costs(target_cfg, drafter_cfg,
     return tuple(sorted(tables, key=lambda t: t.batch)) or default_tables()
 
 
-def save_costs(target_cfg, drafter_cfg, tables, path: str | None = None, info=None) -> str:
-    """Write (or replace) this machine's entry in the cost file; returns its path."""
+def save_costs(target_cfg, drafter_cfg, tables, path: str | None = None, info=None, *,
+               precision: str = "float32") -> str:
+    """Write (or replace) this machine's entry (for ``precision``) in the cost file; returns its
+    path."""
     path = path or cost_file_path()
     data = _read(path) if os.path.exists(path) else {"version": COSTS_VERSION, "machines": {}}
-    data["machines"][machine_key(target_cfg, drafter_cfg)] = {
+    data["machines"][machine_key(target_cfg, drafter_cfg, precision)] = {
         "tables": [t.to_json() for t in tables], **(info or {})}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
