@@ -78,7 +78,7 @@ def main():
             rollout_engine=functools.partial(DominoTreeRollout,
                                              drafter_params=sharded["drafter"], **engine_kw),
             training_config=rl_cluster_lib.RLTrainingConfig(
-                actor_optimizer=optax.adam(3e-2), eval_every_n_steps=100, max_steps=2,
+                actor_optimizer=optax.adam(3e-2), eval_every_n_steps=100, max_steps=4,
                 data_sharding_axis=(DATA,)),
             rollout_config=base_rollout.RolloutConfig(
                 max_tokens_to_generate=NEW, max_prompt_length=8, temperature=0.9, top_p=1.0)))
@@ -96,7 +96,8 @@ def main():
     assert any(not np.array_equal(a, np.asarray(b)) for a, b in zip(start, trained))
     print("ok 2 GRPO global steps (x2 iterations) on the 2x4 mesh", flush=True)
     tq = cluster.actor_trainer.model.target.layers[0].self_attn.q_proj.weight[...]
-    assert tq.sharding.spec == P("model", None), tq.sharding
+    assert tuple(tq.sharding.spec)[:1] == ("model",), tq.sharding   # P("model", None)
+    assert tq.addressable_shards[0].data.shape[0] == tq.shape[0] // 4
     assert len(tq.sharding.mesh.devices.flat) == 8
     ours = jax.tree.leaves(engine.params["target"])
     assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(ours, trained))
