@@ -154,8 +154,9 @@ def _prompt_pads_for(actor, prompt_pads, tokenizer) -> str:
     """The ``prompt_pads`` reading (``DominoTreeRollout.__init__``), checked against the actor's
     own: a ``TunixCausalLM`` with a ``pad_id`` reads inner pads as tokens (``"keep"``)."""
     model_pad = actor.pad_id if isinstance(actor, TunixCausalLM) else None
-    if prompt_pads is None:
-        prompt_pads = "drop" if model_pad is None else "keep"
+    if prompt_pads is None:   # tunix's trainer reading only for a tunix model without pad_id
+        prompt_pads = "drop" if isinstance(actor, TunixCausalLM) and model_pad is None \
+            else "keep"
     if prompt_pads not in PROMPT_PADS:
         raise ValueError(f"prompt_pads must be one of {PROMPT_PADS}, got {prompt_pads!r}")
     if isinstance(actor, TunixCausalLM) and (model_pad is None) != (prompt_pads == "drop"):
@@ -200,8 +201,8 @@ class DominoTreeRollout(BaseRollout):
         by the trainer scoring it. ``"keep"``: a real token (the engine conditions on it; the
         policy/reference must be ``TunixCausalLM(..., pad_id=pad)`` so that tunix's trainer
         scores it so too); ``"drop"``: padding, tunix's trainer's own reading (the engine
-        removes pad ids from prompts before decoding). Default: ``"keep"`` when
-        ``rollout_actor`` is a ``TunixCausalLM`` with a ``pad_id``, else ``"drop"``.
+        removes pad ids from prompts before decoding). Default: ``"drop"`` when
+        ``rollout_actor`` is a ``TunixCausalLM`` without a ``pad_id``, else ``"keep"``.
         ``drafter_refresh``: True or ``DrafterRefresher`` keyword arguments (``lr``,
         ``anchors``, ``rows``, ``vocab_ids``, ...): a drafter step after every ``generate``.
         ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
