@@ -165,7 +165,7 @@ def calibrate_batch(pair, batch: int, rows: tuple[int, ...], methods, *, context
     for r in rows:
         fns[f"verify/{r}"] = progs.verify_loop(r)
     for m in methods:
-        cfg = pair.config(m, budget=16, node_topk=8, top_m=64)
+        cfg = pair.config(m, budget=16, node_topk=8)
         fns[f"draft/{m}"] = progs.draft_loop(cfg)
     t0 = time.perf_counter()
     med = interleaved_medians(fns, repeats)

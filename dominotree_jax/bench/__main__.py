@@ -2,7 +2,7 @@
 
     python -m dominotree_jax.bench [--datasets humaneval,mtbench,math500]
         [--methods ar,dflash,domino,ddtree,condstatic,dominotree] [--temperatures 0,0.5,1]
-        [--num-prompts 3] [--max-new-tokens 80] [--budget 16 --node-topk 8 --top-m 64]
+        [--num-prompts 3] [--max-new-tokens 80] [--budget 16 --node-topk 8 --top-m 0]
         [--no-auto | --auto-only]
         [--drafter DIR|random] [--target PATH] [--out benchmarks/results]
 

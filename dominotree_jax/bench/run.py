@@ -41,7 +41,7 @@ class BenchSettings:
     max_new_tokens: int = 80
     budget: int = 16
     node_topk: int = 8
-    top_m: int = 64
+    top_m: int = 0
     buckets: tuple[int, ...] = DEFAULT_BUCKETS
     seed: int = 0
     stop_ids: tuple[int, ...] | None = None  # None: the pair's default (the tokenizer's eos ids)

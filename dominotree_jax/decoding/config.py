@@ -33,7 +33,10 @@ class DecodeConfig:
     # ``auto_sizes`` by expected tokens per unit of time (``decoding/auto_size.py``)
     budget: int | str = 16
     node_topk: int = 8               # k: children per node
-    top_m: int = 64                  # M: candidates per depth (0 = full vocabulary)
+    # M: candidates per depth (0 = the full vocabulary, the default: with a drafter whose base
+    # head is weak at depths >= 1 -- ours -- the corrected token often sits outside the base
+    # logits' top 64; benchmarks/results/drafter_v4/README.md)
+    top_m: int = 0
     use_pallas: Any = "auto"
     return_logprobs: bool = False
     # which log-probs: True = of the distribution tokens are drawn from (top-k / top-p applied,

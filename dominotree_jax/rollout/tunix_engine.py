@@ -185,7 +185,7 @@ def _target_of(actor) -> tuple[Any, Any]:
 class DominoTreeRollout(BaseRollout):
     def __init__(self, rollout_actor=None, tokenizer=None, mesh=None, rollout_config=None, *,
                  drafter_config=None, drafter_params=None, method: str = "dominotree",
-                 budget: int = 16, node_topk: int = 8, top_m: int = 64, seed: int = 0,
+                 budget: int = 16, node_topk: int = 8, top_m: int = 0, seed: int = 0,
                  return_features: bool = False, prompt_pads: str | None = None,
                  drafter_refresh: bool | dict | None = None,
                  compiler_options: dict | None = None, **decode_options):
