@@ -35,7 +35,10 @@ def test_logits_match_transformers_gguf_loading(smollm2, hf_model):
     with torch.no_grad():
         ref = hf_model(torch.tensor([ids])).logits.numpy()
     ours = np.asarray(dj.target_logits(smollm2, np.array([ids])))
-    assert np.max(np.abs(ours - ref)) / np.max(np.abs(ref)) <= 1e-4
+    # float32 both sides; the reduction order differs by CPU (max relative error measured
+    # < 1e-4 on an AMD EPYC, 2.9e-4 on an Intel Xeon of the Ice Lake class, with our logits
+    # bit-identical across this repo's versions); the 64-token greedy test below is the exact check
+    assert np.max(np.abs(ours - ref)) / np.max(np.abs(ref)) <= 5e-4
 
 
 def test_greedy_64_tokens_match_transformers_generate(smollm2, hf_model):

@@ -64,6 +64,23 @@ def depth_weights(K: int, gamma: float | None):
     return jnp.ones((K,), jnp.float32) if not gamma else jnp.exp(-d / gamma)
 
 
+def anchored_blocks(drafter, dcfg: DrafterConfig, batch):
+    """The drafter inputs of every block of ``batch`` as inference sees them:
+    ``(ctx_N, t0 [N], anchors [N], labels [N, J+1])`` with ``N = B·A`` (the context of each
+    sequence extended over its features, repeated for each of its ``A`` anchors)."""
+    feats, anchors, labels = batch["feats"], batch["anchors"], batch["labels"]
+    B, W = batch["tokens"].shape
+    A = anchors.shape[1]
+    ctx = DrafterContext.zeros(dcfg, B, W)
+    pos = jnp.broadcast_to(jnp.arange(W, dtype=jnp.int32), (B, W))
+    ctx = drafter.extend_context(ctx, feats, pos, jnp.zeros((B,), jnp.int32),
+                                 jnp.full((B,), W, jnp.int32))
+    a_N = anchors.reshape(-1).astype(jnp.int32)
+    ctx_N = DrafterContext(jnp.repeat(ctx.k, A, axis=1), jnp.repeat(ctx.v, A, axis=1), a_N)
+    lab = labels.reshape(B * A, -1)
+    return ctx_N, jnp.maximum(lab[:, 0], 0), a_N, lab
+
+
 def block_logits(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batch,
                  vocab_ids=None):
     """``(base [N, K, V], corrected [N, K, V], targets [N, K])`` with ``N = B·A`` blocks.
@@ -75,19 +92,8 @@ def block_logits(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batc
     drafter = bind_drafter(dcfg, dparams)
     target = bind_target(tcfg, jax.lax.stop_gradient(tparams))
     head = target if vocab_ids is None else _SubsetHead(target, vocab_ids)
-    tokens, feats = batch["tokens"], batch["feats"]
-    anchors, labels = batch["anchors"], batch["labels"]
-    B, W = tokens.shape
-    A = anchors.shape[1]
     K = dcfg.num_draft_positions
-    ctx = DrafterContext.zeros(dcfg, B, W)
-    pos = jnp.broadcast_to(jnp.arange(W, dtype=jnp.int32), (B, W))
-    ctx = drafter.extend_context(ctx, feats, pos, jnp.zeros((B,), jnp.int32),
-                                 jnp.full((B,), W, jnp.int32))
-    a_N = anchors.reshape(-1).astype(jnp.int32)
-    ctx_N = DrafterContext(jnp.repeat(ctx.k, A, axis=1), jnp.repeat(ctx.v, A, axis=1), a_N)
-    lab = labels.reshape(B * A, -1)
-    t0 = jnp.maximum(lab[:, 0], 0)
+    ctx_N, t0, a_N, lab = anchored_blocks(drafter, dcfg, batch)
     z, base = drafter.draft(head, ctx_N, t0, a_N)
     if dcfg.is_domino:
         domino = drafter.head_weights(target)

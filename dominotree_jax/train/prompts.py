@@ -279,13 +279,7 @@ def build_prompts(num: int, seed: int) -> list[dict]:
              + [("template:math", "math", p) for p in arithmetic_prompts(rng, n_math - len(wp))]
              + [("evals:passages", "passage", p) for p in passage_prompts(rng, n_pass)])
     items += [("template:chat", "chat", p) for p in general_prompts(rng, num - len(items))]
-    rng.shuffle(items)
-    seen, out = set(), []
-    for s, k, t in items:
-        if t not in seen:
-            seen.add(t)
-            out.append({"source": s, "kind": k, "text": t})
-    return out
+    return shuffled_unique(rng, items)
 
 
 # ---------------------------------------------------------------------------- v4 mix
@@ -472,10 +466,15 @@ def build_prompts_v4(num: int, seed: int) -> list[dict]:
                  rng, n["extraction"])]
              + [("template:writing", "writing", p) for p in writing_prompts(rng, n["writing"])])
     items += [("template:chat4", "chat", p) for p in chat_prompts(rng, num - len(items))]
+    return shuffled_unique(rng, items)
+
+
+def shuffled_unique(rng, items) -> list[dict]:
+    """``(source, kind, text)`` items shuffled by ``rng``, each text once, as prompt records."""
     rng.shuffle(items)
     seen, out = set(), []
-    for s, k, t in items:
-        if t not in seen:
-            seen.add(t)
-            out.append({"source": s, "kind": k, "text": t})
+    for source, kind, text in items:
+        if text not in seen:
+            seen.add(text)
+            out.append({"source": source, "kind": kind, "text": text})
     return out

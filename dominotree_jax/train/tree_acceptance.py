@@ -69,23 +69,11 @@ def tree_accepted(tokens_NT, parents_NT, valid_NT, labels_NJ):
 def block_outputs(dcfg, tcfg, dparams, tparams, batch):
     """``(z [N, J, H], base [N, J, V], t0 [N], labels [N, J])`` of every block of ``batch``
     (the drafter's outputs at inference for each anchor; see ``loss.block_logits``)."""
-    import jax.numpy as jnp
-
-    from dominotree_jax.model.drafter import DrafterContext, bind_drafter
+    from dominotree_jax.model.drafter import bind_drafter
     from dominotree_jax.model.target import bind_target
+    from dominotree_jax.train.loss import anchored_blocks
     drafter, target = bind_drafter(dcfg, dparams), bind_target(tcfg, tparams)
-    tokens, feats, anchors, labels = (batch[k] for k in ("tokens", "feats", "anchors",
-                                                          "labels"))
-    B, W = tokens.shape
-    A = anchors.shape[1]
-    ctx = DrafterContext.zeros(dcfg, B, W)
-    pos = jnp.broadcast_to(jnp.arange(W, dtype=jnp.int32), (B, W))
-    ctx = drafter.extend_context(ctx, feats, pos, jnp.zeros((B,), jnp.int32),
-                                 jnp.full((B,), W, jnp.int32))
-    a_N = anchors.reshape(-1).astype(jnp.int32)
-    ctx_N = DrafterContext(jnp.repeat(ctx.k, A, axis=1), jnp.repeat(ctx.v, A, axis=1), a_N)
-    lab = labels.reshape(B * A, -1)
-    t0 = jnp.maximum(lab[:, 0], 0)
+    ctx_N, t0, a_N, lab = anchored_blocks(drafter, dcfg, batch)
     z, base = drafter.draft(target, ctx_N, t0, a_N)
     return z, base, t0, lab[:, 1:dcfg.num_draft_positions + 1]
 
