@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import dominotree_jax as dj
-from convert.params import state_to_flat
+from dominotree_jax.model.state import state_to_flat
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter
 from dominotree_jax.model.target import bind_target, init_target_params

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.params import state_to_flat
+from dominotree_jax.model.state import state_to_flat
 from dominotree_jax.config import DrafterConfig, TargetConfig
 
 # Per-layer weights a drafter layer shares with a target decoder layer (names under
