@@ -30,15 +30,8 @@ _decode = jax.jit(decode, static_argnames="config")
 def _topk_logits(tparams, tokens_BT, *, cfg, k: int):
     """The target's ``k`` largest next-token logits at every position of a causal forward:
     ``(ids [B, T, k] int32, logits [B, T, k] float32)``, descending."""
-    from dominotree_jax.model.cache import KVCache
-    from dominotree_jax.model.target import bind_target, causal_mask
-    B, T = tokens_BT.shape
-    model = bind_target(cfg, tparams)
-    cache = KVCache.zeros(cfg.num_hidden_layers, B, T, cfg.num_key_value_heads, cfg.head_dim,
-                          jax.tree.leaves(tparams)[0].dtype)
-    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-    out = model(tokens_BT, pos, causal_mask(B, T, T), cache, jnp.zeros((B,), jnp.int32))
-    vals, ids = jax.lax.top_k(model.logits(out.hidden), k)
+    from dominotree_jax.api import _plain_forward   # the one causal full-logits forward
+    vals, ids = jax.lax.top_k(_plain_forward(tparams, tokens_BT, cfg), k)
     return ids, vals
 
 
