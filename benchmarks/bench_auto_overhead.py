@@ -33,9 +33,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     pair = dj.load_pair(smollm2_gguf_path(), smollm2_drafter_path())
     ids = [pair.target.chat_prompt(t) for t in prompts.mtbench(args.batch)]
-    prompt_BW = np.zeros((len(ids), max(map(len, ids))), np.int32)
+    prompt_BT = np.zeros((len(ids), max(map(len, ids))), np.int32)
     for b, row in enumerate(ids):
-        prompt_BW[b, :len(row)] = row
+        prompt_BT[b, :len(row)] = row
     lengths_B = np.array([len(r) for r in ids], np.int32)
     never = CostTable(draft=((args.method, 100.0),), source="never drafts")
     configs = {
@@ -46,7 +46,7 @@ def main(argv=None):
     }
     run = jax.jit(dj.decode, static_argnames="config")
     for name, cfg in configs.items():
-        out = jax.block_until_ready(run(pair.params, prompt_BW, config=cfg,
+        out = jax.block_until_ready(run(pair.params, prompt_BT, config=cfg,
                                         prompt_lengths=lengths_B))
         rounds = int(out.num_rounds[0])
         print(f"{name}: draft sizes of row 0 {np.asarray(out.draft_sizes[0, :rounds]).tolist()}",
@@ -55,7 +55,7 @@ def main(argv=None):
     for _ in range(args.repeats):
         for name, cfg in configs.items():
             t0 = time.perf_counter()
-            jax.block_until_ready(run(pair.params, prompt_BW, config=cfg,
+            jax.block_until_ready(run(pair.params, prompt_BT, config=cfg,
                                       prompt_lengths=lengths_B))
             times[name].append(time.perf_counter() - t0)
     ar = statistics.median(times["ar"])

@@ -71,10 +71,10 @@ def batches(ids: list[list[int]], size: int, width: int):
     """Right-padded ``([size, width], [size])`` batches of consecutive prompts."""
     for i in range(0, len(ids) - size + 1, size):
         chunk = ids[i:i + size]
-        prompt_BW = np.zeros((size, width), np.int32)
+        prompt_BT = np.zeros((size, width), np.int32)
         for b, row in enumerate(chunk):
-            prompt_BW[b, :len(row)] = row
-        yield prompt_BW, np.array([len(r) for r in chunk], np.int32)
+            prompt_BT[b, :len(row)] = row
+        yield prompt_BT, np.array([len(r) for r in chunk], np.int32)
 
 
 def run_method(pair, cfg, ids, size, width):
@@ -93,9 +93,9 @@ def run_method(pair, cfg, ids, size, width):
     jax.block_until_ready(compiled(pair.params, todo[0][0], prompt_lengths=todo[0][1],
                                    auto_state=state))  # warm-up
     rows, wall, tokens, taus, rounds = [], 0.0, 0, 0, 0
-    for prompt_BW, lengths_B in todo:
+    for prompt_BT, lengths_B in todo:
         t0 = time.perf_counter()
-        out = jax.block_until_ready(compiled(pair.params, prompt_BW, prompt_lengths=lengths_B,
+        out = jax.block_until_ready(compiled(pair.params, prompt_BT, prompt_lengths=lengths_B,
                                              auto_state=state))
         wall += time.perf_counter() - t0
         state = out.auto_state

@@ -1,7 +1,7 @@
 """float32 vs bf16 matrix products at the target's shapes: the microbenchmark behind the
 precision choice (docs/precision.md).
 
-Jitted ``[m, K] x [K, N]`` products as the engine runs them (``precision.product``: float32,
+Jitted ``[m, in] x [in, out]`` products as the engine runs them (``precision.product``: float32,
 or bf16 x bf16 with float32 accumulation), median of ``--repeats`` interleaved calls, for every
 product of SmolLM2-135M (or ``--target``) at ``--rows``; then the sum over one whole forward
 (30 layers + head) and the faster dtype per row count. Prints a markdown table.

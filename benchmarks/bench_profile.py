@@ -81,7 +81,7 @@ def profile_shape(target, params, B: int, R: int, S: int, repeats: int,
                   steps_only: bool = False) -> dict[str, float]:
     cfg = target.config
     nl, H, K, D = cfg.num_hidden_layers, cfg.hidden_size, cfg.num_key_value_heads, cfg.head_dim
-    N = cfg.num_attention_heads
+    Q = cfg.num_attention_heads
     start = S - R - 1 if steps_only else S // 2  # a full / half-full cache
     t0_B, start_B, tokens_BN, depths_BN, ancestor_BRR = step_inputs(cfg, B, R, S, start)
     cache = KVCache.zeros(nl, B, S, K, D)  # (any cache layout: --steps-only runs old trees)
@@ -131,7 +131,7 @@ def profile_shape(target, params, B: int, R: int, S: int, repeats: int,
                                    wd[i])
         return acc
 
-    q_BRND = jnp.asarray(np.random.default_rng(4).standard_normal((B, R, N, D)), jnp.float32)
+    q_BRQD = jnp.asarray(np.random.default_rng(4).standard_normal((B, R, Q, D)), jnp.float32)
     new_BRKD = jnp.ones((B, R, K, D), jnp.float32)
 
     @jax.jit
@@ -185,10 +185,10 @@ def profile_shape(target, params, B: int, R: int, S: int, repeats: int,
     rows_BR = jnp.concatenate([t0_B[:, None], tokens_BN], 1)
     res["projections (qkvo)"] = timed(projections, x_BRH, wq, wk, wv, wo, repeats=repeats)
     res["mlp (gate/up/down)"] = timed(mlp, x_BRH, wg, wu, wd, repeats=repeats)
-    res["attention"] = timed(attention, q_BRND, cache, ancestor_BRR, repeats=repeats)
+    res["attention"] = timed(attention, q_BRQD, cache, ancestor_BRR, repeats=repeats)
     res["cache writes"] = timed(jax.jit(cache_writes, donate_argnums=0), cache, new_BRKD, start_B,
                                 repeats=repeats, donate_first=True)
-    res["rope"] = timed(rope, q_BRND, pos_BR, repeats=repeats)
+    res["rope"] = timed(rope, q_BRQD, pos_BR, repeats=repeats)
     res["norms"] = timed(norms, x_BRH, norm_w, repeats=repeats)
     res["mask"] = timed(mask, start_B, ancestor_BRR, repeats=repeats)
     res["lm head"] = timed(lm_head, x_BRH, head, repeats=repeats)

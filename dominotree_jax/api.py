@@ -121,7 +121,8 @@ _jit_decode = jax.jit(decode, static_argnames="config")
 
 def generate(target: Target, prompt_ids, *, max_new_tokens: int, temperature: float = 0.0,
              key=None, top_k: int = 0, top_p: float = 1.0, stop_ids=None):
-    """Autoregressive decoding (jitted); returns the generated ids ``[n]`` (or ``[B, n]``)."""
+    """Autoregressive decoding (jitted); returns the generated ids ``[length]`` (or ``[B,
+    length]``, ``length`` = the longest row's token count)."""
     stop = tuple(target.eos_ids if stop_ids is None else stop_ids)
     cfg = DecodeConfig(target=target.config, method="ar", max_new_tokens=max_new_tokens,
                        temperature=temperature, top_k=top_k, top_p=top_p, stop_ids=stop)

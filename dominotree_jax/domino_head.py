@@ -64,22 +64,22 @@ def gru_root_state(head: DominoHeadWeights, t0_s: jax.Array, dtype=None):
     return gru_advance(head, t0_s, jnp.zeros(jnp.shape(t0_s) + (G,), dtype))
 
 
-def gru_path_states(head: DominoHeadWeights, tokens_sK: jax.Array, dtype=None):
-    """States after each prefix of a known path (teacher forcing) → ``[..., K, G]``.
+def gru_path_states(head: DominoHeadWeights, tokens_sJ: jax.Array, dtype=None):
+    """States after each prefix of a known path (teacher forcing) → ``[..., J, G]``.
 
     ``states[..., d]`` = GRU over ``tokens[..., 0..d]`` from a zero state, i.e. the state that
     conditions depth ``d``'s correction when ``tokens[..., 0]`` is ``t0``.
     """
     dtype = head.gru_w_hh.dtype if dtype is None else dtype
     G = head.gru_w_hh.shape[-1]
-    s0 = jnp.zeros(tokens_sK.shape[:-1] + (G,), dtype)
+    s0 = jnp.zeros(tokens_sJ.shape[:-1] + (G,), dtype)
 
     def step(s_sG, tok_s):
         s_sG = gru_advance(head, tok_s, s_sG, dtype)
         return s_sG, s_sG
 
-    _, states_KsG = jax.lax.scan(step, s0, jnp.moveaxis(tokens_sK, -1, 0))
-    return jnp.moveaxis(states_KsG, 0, -2)
+    _, states_JsG = jax.lax.scan(step, s0, jnp.moveaxis(tokens_sJ, -1, 0))
+    return jnp.moveaxis(states_JsG, 0, -2)
 
 
 # ----------------------------------------------------------------------------- correction
@@ -144,21 +144,21 @@ def greedy(logits_sV: jax.Array):
     return tok, lp
 
 
-def dflash_chain(base_BKV):
-    """Greedy DFlash chain: argmax of ``base`` per depth → ``(tokens, logprobs)`` ``[B, depth]``."""
-    return greedy(base_BKV)
+def dflash_chain(base_BJV):
+    """Greedy DFlash chain: argmax of ``base`` per depth → ``(tokens, logprobs)`` ``[B, J]``."""
+    return greedy(base_BJV)
 
 
-def domino_chain(head: DominoHeadWeights, z_BKH, base_BKV, t0_B, prefix_len: int):
-    """Greedy Domino chain → ``(tokens [B, depth] int32, logprobs [B, depth] float32)``.
+def domino_chain(head: DominoHeadWeights, z_BJH, base_BJV, t0_B, prefix_len: int):
+    """Greedy Domino chain → ``(tokens [B, J] int32, logprobs [B, J] float32)``.
 
     Depths ``< prefix_len`` use ``base``; later depths the corrected logits with the GRU state
     after ``t0`` and the chain's earlier tokens. Log-probs are under the distribution used at
     that depth. The GRU state runs in the dtype of ``z`` (float32 under the precision policy),
     the products in the weights' dtype with float32 accumulation.
     """
-    depths = z_BKH.shape[1]
-    dtype = z_BKH.dtype
+    depths = z_BJH.shape[1]
+    dtype = z_BJH.dtype
 
     def step(s_BG, xs):
         d, z_BH, base_BV = xs
@@ -167,6 +167,6 @@ def domino_chain(head: DominoHeadWeights, z_BKH, base_BKV, t0_B, prefix_len: int
         tok_B, lp_B = greedy(jnp.where(d < prefix_len, base_BV, corrected))
         return gru_advance(head, tok_B, s_BG, dtype), (tok_B, lp_B)
 
-    xs = (jnp.arange(depths), jnp.swapaxes(z_BKH, 0, 1), jnp.swapaxes(base_BKV, 0, 1))
-    _, (tok_DB, lp_DB) = jax.lax.scan(step, gru_root_state(head, t0_B, dtype), xs)
-    return tok_DB.T, lp_DB.T
+    xs = (jnp.arange(depths), jnp.swapaxes(z_BJH, 0, 1), jnp.swapaxes(base_BJV, 0, 1))
+    _, (tok_JB, lp_JB) = jax.lax.scan(step, gru_root_state(head, t0_B, dtype), xs)
+    return tok_JB.T, lp_JB.T

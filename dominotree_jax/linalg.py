@@ -12,7 +12,7 @@ import jax
 from dominotree_jax.precision import product
 
 
-def matmul_t(x_sI: jax.Array, w_OI: jax.Array, precision=None) -> jax.Array:
-    """``x @ w.T`` for ``w`` stored ``[out, in]`` (``I`` in-features, ``O`` out-features);
-    float32 result whatever ``w``'s dtype."""
-    return product(x_sI, w_OI, precision)
+def matmul_t(x: jax.Array, w: jax.Array, precision=None) -> jax.Array:
+    """``x @ w.T`` for ``x [..., in]`` and ``w`` stored ``[out, in]`` → ``[..., out]``; float32
+    result whatever ``w``'s dtype."""
+    return product(x, w, precision)

@@ -71,14 +71,15 @@ def check_pair(target_dtype, drafter_dtype) -> tuple[str, str]:
     return t, d
 
 
-def product(x_sI: jax.Array, w_OI: jax.Array, precision=None) -> jax.Array:
-    """``x @ w.T`` under the policy: operands in ``w``'s dtype, float32 accumulation and output.
+def product(x: jax.Array, w: jax.Array, precision=None) -> jax.Array:
+    """``x @ w.T`` (``x [..., in]``, ``w [out, in]``) under the policy: operands in ``w``'s
+    dtype, float32 accumulation and output.
 
     A float32 weight runs the plain float32 product (unchanged from the float32 engine)."""
-    dims = (((x_sI.ndim - 1,), (1,)), ((), ()))
-    if w_OI.dtype == jnp.float32:
-        return jax.lax.dot_general(x_sI.astype(jnp.float32), w_OI, dims, precision=precision)
-    return jax.lax.dot_general(x_sI.astype(w_OI.dtype), w_OI, dims, precision=precision,
+    dims = (((x.ndim - 1,), (1,)), ((), ()))
+    if w.dtype == jnp.float32:
+        return jax.lax.dot_general(x.astype(jnp.float32), w, dims, precision=precision)
+    return jax.lax.dot_general(x.astype(w.dtype), w, dims, precision=precision,
                                preferred_element_type=ACCUMULATION_DTYPE)
 
 

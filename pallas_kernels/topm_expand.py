@@ -18,9 +18,9 @@ round), ``pad_operands``, ``resolve_use_pallas`` (``"auto"``: the kernel only wh
 ``kernel_compiles_on``: CUDA compute capability >= 8.0).
 
 The kernel is a single program (grid of 1; a vmapped call gets one program per batch row): it
-loops over ``E`` in blocks (a ``[BE, G]`` tile of W1s and an ``[M, BE]`` tile of W2_C per step;
-the matvecs are elementwise products + row sums in float32, not ``dot``, which on GPU needs
->= 16-row tiles and may use TF32), then does the log-softmax and ``k`` rounds of max-and-mask
+loops over ``E`` in blocks (a ``[block_e, G]`` tile of W1s and an ``[M, block_e]`` tile of W2_C
+per step; the matvecs are elementwise products + row sums in float32, not ``dot``, which on GPU
+needs >= 16-row tiles and may use TF32), then does the log-softmax and ``k`` rounds of max-and-mask
 for the top-k (``k <= 16``). All dims are padded to powers of two (>= 16) as Triton requires:
 ``M`` with ``-inf`` logits and zero rows, ``E`` and ``G`` with zeros (``SiLU(0) = 0``, so padded
 ``E`` lanes contribute nothing). The call passes Triton ``CompilerParams``, which selects the
@@ -129,13 +129,13 @@ def _kernel(a_ref, s_ref, w1s_ref, base_ref, w2_ref, idx_ref, lp_ref, *, k: int,
     kp = idx_ref.shape[0]
     s_G = s_ref[...]
 
-    def e_block(j, c_M):
+    def e_block(j, c_M):   # one tile of ``block_e`` entries of E
         e0 = pl.multiple_of(j * block_e, block_e)
-        w1_BG = w1s_ref[pl.ds(e0, block_e), :]
-        pre_B = a_ref[pl.ds(e0, block_e)] + jnp.sum(w1_BG * s_G[None, :], axis=1)
-        h_B = pre_B * jax.nn.sigmoid(pre_B)
-        w2_MB = w2_ref[:, pl.ds(e0, block_e)]
-        return c_M + jnp.sum(w2_MB * h_B[None, :], axis=1)
+        w1_EG = w1s_ref[pl.ds(e0, block_e), :]
+        pre_E = a_ref[pl.ds(e0, block_e)] + jnp.sum(w1_EG * s_G[None, :], axis=1)
+        h_E = pre_E * jax.nn.sigmoid(pre_E)
+        w2_ME = w2_ref[:, pl.ds(e0, block_e)]
+        return c_M + jnp.sum(w2_ME * h_E[None, :], axis=1)
 
     c_M = jax.lax.fori_loop(0, Ep // block_e, e_block, jnp.zeros((Mp,), jnp.float32))
     c_M = base_ref[...] + c_M

@@ -28,11 +28,11 @@ def fresh_jit_decode():
     return jax.jit(run, static_argnames="config", compiler_options=FAST_XLA)
 
 
-def oracle_table(prompt_BT, lengths_B, gen_BN, vocab, depth):
+def oracle_table(prompt_BT, lengths_B, gen_BY, vocab, depth):
     """int32 ``[S, V, J]``: the token depth ``d`` should guess for a block at ``start`` whose
     ``t0`` is ``v`` (-1: no guess). Right (from the AR continuation) unless ``start + d`` is
     ``3 mod 4``, where it stays silent and the random drafter guesses instead."""
-    seqs = [np.concatenate([p[:n], g]) for p, n, g in zip(prompt_BT, lengths_B, gen_BN)]
+    seqs = [np.concatenate([p[:n], g]) for p, n, g in zip(prompt_BT, lengths_B, gen_BY)]
     S = max(len(s) for s in seqs) + 1
     table = np.full((S, vocab, depth), -1, np.int32)
     for seq in seqs:

@@ -24,16 +24,16 @@ def linear(x, w_out_in):
     return _f64(x) @ _f64(w_out_in).T
 
 
-def rope(x_TND, positions_T, theta):
-    """Rotate-half RoPE at integer positions."""
-    D = x_TND.shape[-1]
+def rope(x, positions_T, theta):
+    """Rotate-half RoPE at integer positions of ``x [T, heads, D]`` (query or kv heads)."""
+    D = x.shape[-1]
     inv_freq = 1.0 / theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
     ang = np.asarray(positions_T, np.float64)[:, None] * inv_freq[None, :]
     cos = np.cos(np.concatenate([ang, ang], -1))[:, None, :]
     sin = np.sin(np.concatenate([ang, ang], -1))[:, None, :]
     half = D // 2
-    rotated = np.concatenate([-x_TND[..., half:], x_TND[..., :half]], -1)
-    return x_TND * cos + rotated * sin
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
 
 
 def silu(x):
@@ -110,14 +110,14 @@ def corrected(w, base_V, z_H, s_G):
     return base_V + linear(hidden, w["embed_proj.2.weight"])
 
 
-def domino_chain(w, embed_VH, z_KH, base_KV, t0, prefix_len):
+def domino_chain(w, embed_VH, z_JH, base_JV, t0, prefix_len):
     """Greedy Domino chain for one row → (tokens [K], log-probs [K])."""
     G = w["prefix_gru.weight_hh_l0"].shape[1]
     embed = _f64(embed_VH)
     s = gru(w, embed[t0], np.zeros(G))
     tokens, logprobs = [], []
-    for d in range(z_KH.shape[0]):
-        logits = base_KV[d] if d < prefix_len else corrected(w, base_KV[d], z_KH[d], s)
+    for d in range(z_JH.shape[0]):
+        logits = base_JV[d] if d < prefix_len else corrected(w, base_JV[d], z_JH[d], s)
         tok = int(np.argmax(logits))
         tokens.append(tok)
         logprobs.append(log_softmax(logits)[tok])

@@ -37,12 +37,12 @@ def _config(tcfg, dcfg, method, stop_ids=()):
                         stop_ids=tuple(stop_ids), budget=6, node_topk=3, top_m=16)
 
 
-def _pick_stop_id(gen_BN):
+def _pick_stop_id(gen_BY):
     """The token whose first occurrence gives the most distinct row lengths (smallest id wins)."""
     def lengths(v):
         return tuple(int(np.argmax(row == v)) + 1 if (row == v).any() else MAX_NEW
-                     for row in gen_BN)
-    return max(range(int(gen_BN.max()) + 1), key=lambda v: (len(set(lengths(v))), -v))
+                     for row in gen_BY)
+    return max(range(int(gen_BY.max()) + 1), key=lambda v: (len(set(lengths(v))), -v))
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +50,9 @@ def setup():
     tcfg, dcfg, params = tiny_pair()
     prompt_BT, lengths_B = _prompts(pad_seed=1)
     ref = jdecode(params, prompt_BT, lengths_B, config=_config(tcfg, dcfg, "ar"))
-    gen_BN = np.asarray(ref.tokens)
-    table = oracle_table(prompt_BT, lengths_B, gen_BN, tcfg.vocab_size, dcfg.block_size)
-    return tcfg, dcfg, params, prompt_BT, lengths_B, table, _pick_stop_id(gen_BN)
+    gen_BY = np.asarray(ref.tokens)
+    table = oracle_table(prompt_BT, lengths_B, gen_BY, tcfg.vocab_size, dcfg.block_size)
+    return tcfg, dcfg, params, prompt_BT, lengths_B, table, _pick_stop_id(gen_BY)
 
 
 def _assert_row_equal(batch, b, single, what):

@@ -39,7 +39,7 @@ def test_matches_reference(name, family):
         ref = build_tree_numpy(**case, **cfg.statics())
         assert_same_tree(got, ref, exact_scores=family == "peaked", cond_from=cfg.prefix_len,
                          logit_scale=float(np.abs(case["base_logits"]).max()))
-        check_invariants(ref, cfg.K)
+        check_invariants(ref, cfg.J)
 
 
 def test_pallas_interpret_matches_reference():
@@ -74,7 +74,7 @@ def test_children_are_shared_by_depth_and_follow_the_domino_chain():
     chain, _ = domino_chain(head, jnp.asarray(case["hidden"])[None],
                             jnp.asarray(case["base_logits"])[None],
                             jnp.asarray(case["root_token"])[None], cfg.prefix_len)
-    k1 = build_tree(**case, **{**cfg.statics(), "node_topk": 1, "budget": cfg.K})
+    k1 = build_tree(**case, **{**cfg.statics(), "node_topk": 1, "budget": cfg.J})
     np.testing.assert_array_equal(np.asarray(k1.tokens), np.asarray(chain[0]))
     # ... which differs from the marginal tree's and from the per-path tree's here.
     dd = build_tree(**case, **{**cfg.statics(), "method": "ddtree"})

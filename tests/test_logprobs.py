@@ -38,18 +38,18 @@ def _teacher_forced_logprobs(params, tcfg, prompt_BT, lengths_B, out, sampling):
     prompt + generated tokens (right-padded), under ``sampling``'s distribution."""
     B = prompt_BT.shape[0]
     n_B = np.asarray(out.num_tokens)
-    gen_BN = np.asarray(out.tokens)
+    gen_BY = np.asarray(out.tokens)
     seq_BW = np.zeros((B, prompt_BT.shape[1] + MAX_NEW), np.int32)
     for b in range(B):
         seq_BW[b, :lengths_B[b] + n_B[b]] = np.concatenate(
-            [prompt_BT[b, :lengths_B[b]], gen_BN[b, :n_B[b]]])
+            [prompt_BT[b, :lengths_B[b]], gen_BY[b, :n_B[b]]])
     logits_BWV = _plain_forward(params["target"], jax.numpy.asarray(seq_BW), tcfg)
     lp_BWV = np.asarray(sampling_logprobs(logits_BWV, sampling["temperature"],
                                           sampling.get("top_k", 0), sampling.get("top_p", 1.0)))
     expected = np.zeros((B, MAX_NEW), np.float32)
     for b in range(B):
         for j in range(n_B[b]):
-            expected[b, j] = lp_BWV[b, lengths_B[b] - 1 + j, gen_BN[b, j]]
+            expected[b, j] = lp_BWV[b, lengths_B[b] - 1 + j, gen_BY[b, j]]
     return expected
 
 

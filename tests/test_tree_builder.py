@@ -40,7 +40,7 @@ from dominotree_jax.tree.reference import build_tree_numpy
 
 class Config(NamedTuple):
     method: str
-    K: int
+    J: int
     V: int
     budget: int
     node_topk: int
@@ -56,20 +56,20 @@ class Config(NamedTuple):
 
 
 CONFIGS = {
-    "dd_basic": Config("ddtree", K=4, V=64, budget=16, node_topk=4),
-    "dd_exhaust": Config("ddtree", K=2, V=32, budget=16, node_topk=2),
-    "dd_k16": Config("ddtree", K=5, V=48, budget=24, node_topk=16),
-    "dd_k1_chain": Config("ddtree", K=8, V=40, budget=12, node_topk=1),
-    "dt_m16_p1": Config("dominotree", K=4, V=64, budget=16, node_topk=4, top_m=16, prefix_len=1),
-    "dt_full_p0": Config("dominotree", K=4, V=48, budget=16, node_topk=4, top_m=0, prefix_len=0),
-    "dt_full_p1": Config("dominotree", K=6, V=80, budget=16, node_topk=8, top_m=0, prefix_len=1),
-    "dt_m8_p2": Config("dominotree", K=5, V=64, budget=16, node_topk=3, top_m=8, prefix_len=2),
-    "dt_p_ge_K": Config("dominotree", K=3, V=32, budget=16, node_topk=4, top_m=8, prefix_len=3),
-    "dt_m4_p0_exhaust": Config("dominotree", K=2, V=32, budget=16, node_topk=2, top_m=4,
+    "dd_basic": Config("ddtree", J=4, V=64, budget=16, node_topk=4),
+    "dd_exhaust": Config("ddtree", J=2, V=32, budget=16, node_topk=2),
+    "dd_k16": Config("ddtree", J=5, V=48, budget=24, node_topk=16),
+    "dd_k1_chain": Config("ddtree", J=8, V=40, budget=12, node_topk=1),
+    "dt_m16_p1": Config("dominotree", J=4, V=64, budget=16, node_topk=4, top_m=16, prefix_len=1),
+    "dt_full_p0": Config("dominotree", J=4, V=48, budget=16, node_topk=4, top_m=0, prefix_len=0),
+    "dt_full_p1": Config("dominotree", J=6, V=80, budget=16, node_topk=8, top_m=0, prefix_len=1),
+    "dt_m8_p2": Config("dominotree", J=5, V=64, budget=16, node_topk=3, top_m=8, prefix_len=2),
+    "dt_p_ge_J": Config("dominotree", J=3, V=32, budget=16, node_topk=4, top_m=8, prefix_len=3),
+    "dt_m4_p0_exhaust": Config("dominotree", J=2, V=32, budget=16, node_topk=2, top_m=4,
                                prefix_len=0),
-    "dt_m_eq_k": Config("dominotree", K=4, V=32, budget=16, node_topk=4, top_m=4, prefix_len=1),
-    "dt_k16": Config("dominotree", K=4, V=96, budget=20, node_topk=16, top_m=32, prefix_len=1),
-    "dt_default": Config("dominotree", K=8, V=256, budget=16, node_topk=8, top_m=64, prefix_len=1,
+    "dt_m_eq_k": Config("dominotree", J=4, V=32, budget=16, node_topk=4, top_m=4, prefix_len=1),
+    "dt_k16": Config("dominotree", J=4, V=96, budget=20, node_topk=16, top_m=32, prefix_len=1),
+    "dt_default": Config("dominotree", J=8, V=256, budget=16, node_topk=8, top_m=64, prefix_len=1,
                          H=32, G=16, E=16),
 }
 FAMILIES = ("normal", "palette", "duprows", "peaked", "duptokens")
@@ -78,28 +78,28 @@ FAMILIES = ("normal", "palette", "duprows", "peaked", "duptokens")
 def make_case(cfg: Config, seed: int, family: str) -> dict:
     """Random round inputs for ``cfg`` (float32 NumPy arrays) from ``seed`` and ``family``."""
     rng = np.random.default_rng(seed)
-    K, V, H, G, E = cfg.K, cfg.V, cfg.H, cfg.G, cfg.E
+    J, V, H, G, E = cfg.J, cfg.V, cfg.H, cfg.G, cfg.E
     scale = rng.choice([0.5, 2.0, 6.0])
-    base = rng.normal(size=(K, V)) * scale
-    hidden = rng.normal(size=(K, H))
+    base = rng.normal(size=(J, V)) * scale
+    hidden = rng.normal(size=(J, H))
     embed = rng.normal(size=(V, H))
     w2 = rng.normal(size=(V, E)) * rng.choice([0.3, 1.0])
     if family == "palette":
-        for d in range(K):
+        for d in range(J):
             palette = rng.normal(size=rng.integers(2, 6)) * scale
             base[d] = palette[rng.integers(0, len(palette), size=V)]
         if rng.random() < 0.5:
             w2[:] = 0.0
-    elif family == "duprows" and K >= 2:
+    elif family == "duprows" and J >= 2:
         base[1], hidden[1] = base[0], hidden[0]
     elif family == "peaked":
-        base = -110.0 - rng.integers(0, 4, size=(K, V)).astype(np.float64)
-        base[np.arange(K), rng.integers(0, V, size=K)] = 0.0
-        base += rng.integers(-5, 6, size=(K, 1))
+        base = -110.0 - rng.integers(0, 4, size=(J, V)).astype(np.float64)
+        base[np.arange(J), rng.integers(0, V, size=J)] = 0.0
+        base += rng.integers(-5, 6, size=(J, 1))
         w2[:] = 0.0
     elif family == "duptokens":
         a, b = np.sort(rng.choice(V, size=2, replace=False))
-        base[:, a] = base.max(axis=1) + rng.uniform(0.0, 1.0, size=K)  # per-row bump: no
+        base[:, a] = base.max(axis=1) + rng.uniform(0.0, 1.0, size=J)  # per-row bump: no
         # accidental cross-depth ties such as lp_0[a] - lp_0[x] == lp_1[a] - lp_1[y]
         base[:, b], embed[b], w2[b] = base[:, a], embed[a], w2[a]
     f32 = np.float32
@@ -112,7 +112,7 @@ def make_case(cfg: Config, seed: int, family: str) -> dict:
     )
 
 
-def check_invariants(tree: Tree, K: int) -> None:
+def check_invariants(tree: Tree, J: int) -> None:
     n = int(tree.num_nodes)
     valid = np.asarray(tree.depths) >= 0
     assert valid[:n].all() and not valid[n:].any()
@@ -120,7 +120,7 @@ def check_invariants(tree: Tree, K: int) -> None:
     assert np.isneginf(np.asarray(tree.scores)[n:]).all()
     for i in range(n):
         p, d = int(tree.parents[i]), int(tree.depths[i])
-        assert d < K and p < i
+        assert d < J and p < i
         assert d == (0 if p < 0 else int(tree.depths[p]) + 1)
 
 
@@ -151,7 +151,7 @@ def run_case(cfg: Config, seed: int, family: str) -> Tree:
     cond_from = cfg.prefix_len if cfg.method == "dominotree" else 10**9
     assert_same_tree(got, ref, exact_scores=family == "peaked", cond_from=cond_from,
                      logit_scale=float(np.abs(case["base_logits"]).max()))
-    check_invariants(ref, cfg.K)
+    check_invariants(ref, cfg.J)
     return ref
 
 
@@ -204,7 +204,7 @@ def test_uniform_ties_and_exhaustion_explicit():
 
 
 def test_budget_larger_than_tree():
-    cfg = CONFIGS["dd_exhaust"]  # K=2, k=2: 2 + 4 = 6 reachable nodes, budget 16
+    cfg = CONFIGS["dd_exhaust"]  # J=2, k=2: 2 + 4 = 6 reachable nodes, budget 16
     ref = run_case(cfg, 3, "normal")
     assert int(ref.num_nodes) == 6
 
@@ -213,7 +213,7 @@ def test_budget_larger_than_tree():
 
 @pytest.mark.parametrize("method", ["ddtree", "dominotree"])
 def test_qwen3_vocab(method):
-    cfg = Config(method, K=4, V=151936, budget=16, node_topk=8, top_m=64, prefix_len=1,
+    cfg = Config(method, J=4, V=151936, budget=16, node_topk=8, top_m=64, prefix_len=1,
                  H=32, G=16, E=16)
     for seed in (5, 6):
         run_case(cfg, seed, "normal")
@@ -250,7 +250,7 @@ def test_ddtree_ignores_gru_weights():
 
 
 def test_dominotree_prefix_ge_K_equals_ddtree():
-    cfg = CONFIGS["dt_p_ge_K"]
+    cfg = CONFIGS["dt_p_ge_J"]
     case = make_case(cfg, 11, "normal")
     dt = build_tree(**case, **cfg.statics())
     dd = build_tree(**case, **{**cfg.statics(), "method": "ddtree", "top_m": 0})

@@ -115,14 +115,14 @@ def test_greedy_equals_tunix_sampler(pair, eng):
 def test_logprobs_equal_teacher_forced(pair, eng, temperature):
     tcfg, _, params = pair
     out = eng.generate(PROMPTS, rcfg(temperature=temperature, top_p=1.0, seed=3))
-    comp_BC = padded(out.tokens)
-    prompt_BP = out.left_padded_prompt_tokens
-    teacher = np.asarray(completion_logprobs(params["target"], tcfg, prompt_BP, comp_BC,
-                                             prompt_BP != PAD, comp_BC != PAD, temperature))
+    comp_BY = padded(out.tokens)
+    prompt_BT = out.left_padded_prompt_tokens
+    teacher = np.asarray(completion_logprobs(params["target"], tcfg, prompt_BT, comp_BY,
+                                             prompt_BT != PAD, comp_BY != PAD, temperature))
     for b, lp in enumerate(out.logprobs):
         np.testing.assert_allclose(lp, teacher[b, :len(lp)], atol=1e-4)
     if temperature == 1.0:  # BaseRollout.get_per_token_logps is the temperature-1 forward
-        per_token = np.asarray(eng.get_per_token_logps(prompt_BP, comp_BC))
+        per_token = np.asarray(eng.get_per_token_logps(prompt_BT, comp_BY))
         np.testing.assert_allclose(per_token, teacher, atol=1e-5)
 
 

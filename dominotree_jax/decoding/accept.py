@@ -40,7 +40,8 @@ def accept_walk(tokens_BN, parents_BN, valid_BN, post_BR, max_depth: int) -> Acc
     if max_depth == 0 or N == 0:
         rows = zeros[:, None]
         return Accepted(rows, zeros, post_BR[:, 0])
-    (last_B, n_B), path_DB = jax.lax.scan(step, (zeros, zeros), None, length=max_depth)
-    rows_BP = jnp.concatenate([zeros[:, None], path_DB.T.astype(jnp.int32)], axis=1)
+    # visited: [max_depth, B], the row each step of the walk stands on (rows_BP without the root)
+    (last_B, n_B), visited = jax.lax.scan(step, (zeros, zeros), None, length=max_depth)
+    rows_BP = jnp.concatenate([zeros[:, None], visited.T.astype(jnp.int32)], axis=1)
     bonus_B = jnp.take_along_axis(post_BR, last_B[:, None], axis=1)[:, 0]
     return Accepted(rows_BP, n_B.astype(jnp.int32), bonus_B)

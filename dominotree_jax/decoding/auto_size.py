@@ -139,15 +139,15 @@ class AutoPolicy:
         """The size maximising the batch's expected surplus (see the module docstring)."""
         p_BN = jnp.where(draft.valid_BN, jnp.exp(draft.scores_BN.astype(jnp.float32)), 0.0)
         cum_BN = jnp.concatenate([jnp.zeros_like(p_BN[:, :1]), jnp.cumsum(p_BN, axis=1)], 1)
-        pred_BS = cum_BN[:, jnp.asarray(self.sizes)]
+        pred_Bn = cum_BN[:, jnp.asarray(self.sizes)]
         live_B = live_B.astype(jnp.float32)
         rows = jnp.maximum(live_B.sum(), 1.0)
-        gain_S = jnp.sum(live_B[:, None] * (1.0 + self.calibration(st) * pred_BS), axis=0)
+        gain_n = jnp.sum(live_B[:, None] * (1.0 + self.calibration(st) * pred_Bn), axis=0)
         rho = jnp.maximum(self.ar_rate, st.rate)
-        surplus_S = gain_S - rho * rows * jnp.asarray(self.verify_costs, jnp.float32)
-        index = jnp.argmax(surplus_S).astype(jnp.int32)   # ties: the smaller size
+        surplus_n = gain_n - rho * rows * jnp.asarray(self.verify_costs, jnp.float32)
+        index = jnp.argmax(surplus_n).astype(jnp.int32)   # ties: the smaller size
         root_mass_B = jnp.sum(jnp.where(draft.parents_BN < 0, p_BN, 0.0), axis=1)
-        return SizeChoice(index=index, predicted_B=pred_BS[:, index], root_mass_B=root_mass_B)
+        return SizeChoice(index=index, predicted_B=pred_Bn[:, index], root_mass_B=root_mass_B)
 
     def update(self, st: AutoState, drafted, choice: SizeChoice, committed_B, accepted_B,
                root_hit_B, live_B) -> AutoState:

@@ -57,7 +57,7 @@ def new_tokens(draft: Draft, acc: Accepted):
     return jnp.where(j_P[None] <= acc.num_nodes_B[:, None], new_BP, PAD)
 
 
-def keep_rows(draft: Draft, acc: Accepted, rows: KVCache, taps_BRF, path_logprobs_BPV,
+def keep_rows(draft: Draft, acc: Accepted, rows: KVRows, taps_BRF, path_logprobs_BPV,
               P: int, drafter=None, start_B=None) -> RoundRows:
     """The accepted path's rows out of one verification, padded to ``P`` slots.
 

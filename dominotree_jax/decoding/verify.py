@@ -37,7 +37,7 @@ def _rows_and_positions(t0_B, start_B, tokens_BN, depths_BN):
 
 def verify_rows(target, cache: KVCache, t0_B, start_B, tokens_BN, depths_BN, ancestor_BRR,
                 tap_layers: tuple[int, ...]):
-    """(logits ``[B, R, V]``, taps ``[B, R, F]``, the rows' K/V: a ``KVCache`` of per-layer
+    """(logits ``[B, R, V]``, taps ``[B, R, F]``, the rows' K/V: a ``KVRows`` of per-layer
     ``[B, R, K, D]``) with ``R = 1 + N``; the cache is only read (what a ``lax.switch`` branch
     may do without XLA copying the cache)."""
     rows_BR, pos_BR = _rows_and_positions(t0_B, start_B, tokens_BN, depths_BN)

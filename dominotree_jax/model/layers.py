@@ -123,10 +123,10 @@ def rope_cos_sin(positions, inv_freq, scale: float):
     return jnp.cos(emb) * scale, jnp.sin(emb) * scale
 
 
-def apply_rope(x_BTND, cos_BTD, sin_BTD):
-    """Rotate-half RoPE (pairs are (first half, second half)), computed and returned in
-    float32."""
-    x32 = x_BTND.astype(jnp.float32)
+def apply_rope(x, cos_BTD, sin_BTD):
+    """Rotate-half RoPE of ``x [B, T, heads, D]`` (query or kv heads; pairs are (first half,
+    second half)), computed and returned in float32."""
+    x32 = x.astype(jnp.float32)
     x1, x2 = jnp.split(x32, 2, axis=-1)
     rotated = jnp.concatenate([-x2, x1], axis=-1)
     return x32 * cos_BTD[:, :, None, :] + rotated * sin_BTD[:, :, None, :]
@@ -134,16 +134,16 @@ def apply_rope(x_BTND, cos_BTD, sin_BTD):
 
 # --------------------------------------------------------------------------- attention
 
-def attend(q_BTND, k_BSKD, v_BSKD, mask_BTS):
+def attend(q_BTQD, k_BSKD, v_BSKD, mask_BTS):
     """Grouped-query attention of ``T`` queries over ``S`` keys with a boolean mask.
 
-    ``N`` query heads share ``K`` key/value heads (``N % K == 0``). Softmax in float32.
+    ``Q`` query heads share ``K`` key/value heads (``Q % K == 0``). Softmax in float32.
     Rows whose mask is all False produce zeros instead of NaN. Products in the keys' dtype
     (queries and probabilities are cast to it), accumulated in float32; float32 output.
     """
-    B, T, N, D = q_BTND.shape
+    B, T, Q, D = q_BTQD.shape
     K = k_BSKD.shape[2]
-    q = q_BTND.astype(k_BSKD.dtype).reshape(B, T, K, N // K, D)
+    q = q_BTQD.astype(k_BSKD.dtype).reshape(B, T, K, Q // K, D)
     scores = jnp.einsum("btkgd,bskd->bkgts", q, k_BSKD,
                         preferred_element_type=jnp.float32) * (D ** -0.5)
     scores = jnp.where(mask_BTS[:, None, None, :, :], scores, -jnp.inf)
@@ -152,16 +152,16 @@ def attend(q_BTND, k_BSKD, v_BSKD, mask_BTS):
     p = p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
     if v_BSKD.dtype == jnp.float32:
         out = jnp.einsum("bkgts,bskd->btkgd", p, v_BSKD)
-        return out.reshape(B, T, N, D)
-    # low precision: heads folded into the rows, one [G*T, S] x [S, D] product per (batch, kv
+        return out.reshape(B, T, Q, D)
+    # low precision: heads folded into the rows, one [U, S] x [S, D] product per (batch, kv
     # head) with float32 accumulation (XLA CPU has no bf16 x bf16 -> f32 kernel for the 5-d
     # einsum above when it is not fused)
     S = v_BSKD.shape[1]
-    p_BKMS = p.astype(v_BSKD.dtype).reshape(B, K, (N // K) * T, S)
-    out_BKMD = jax.lax.dot_general(p_BKMS, v_BSKD.transpose(0, 2, 1, 3),
+    p_BKUS = p.astype(v_BSKD.dtype).reshape(B, K, (Q // K) * T, S)
+    out_BKUD = jax.lax.dot_general(p_BKUS, v_BSKD.transpose(0, 2, 1, 3),
                                    (((3,), (2,)), ((0, 1), (0, 1))),
                                    preferred_element_type=jnp.float32)
-    return out_BKMD.reshape(B, K, N // K, T, D).transpose(0, 3, 1, 2, 4).reshape(B, T, N, D)
+    return out_BKUD.reshape(B, K, Q // K, T, D).transpose(0, 3, 1, 2, 4).reshape(B, T, Q, D)
 
 
 # Blockwise (flash-style) attention over a KV cache with a structured mask. Query rows are new
@@ -169,7 +169,8 @@ def attend(q_BTND, k_BSKD, v_BSKD, mask_BTS):
 # new rows ``j`` with ``block_mask[b, t, j]`` (their keys/values are passed in directly). The
 # cache part runs over key blocks with a running max/sum and stops after the last block that
 # holds a live slot; no ``[T, S]`` score or mask tensor exists. Heads are folded into the rows
-# of each product: per (batch, kv head) one ``[T*G, D] x [D, block]`` matmul.
+# of each product: per (batch, kv head) one ``[U, D] x [D, block]`` matmul, ``U = T * group``
+# folded rows (``group = Q / K`` query heads per kv head; docs/algorithm.md §0).
 
 ATTENTION_BLOCK = 512  # cache slots per key block
 # At most this many query rows per kv head (rows x grouped heads: decode and verify) take one
@@ -178,43 +179,44 @@ DENSE_ROWS = 128
 ATTENTION_MODES = ("auto", "bucket", "dense")  # how decode/verify read the cache (attend_cached)
 
 
-def _fold_queries(q_BTND, num_kv_heads: int):
-    """``[B, T, N, D]`` -> ``[B, K, T*G, D]`` (row ``t*G + g`` is query head ``k*G + g``)."""
-    B, T, N, D = q_BTND.shape
-    G = N // num_kv_heads
-    q = q_BTND.reshape(B, T, num_kv_heads, G, D).transpose(0, 2, 1, 3, 4)
-    return q.reshape(B, num_kv_heads, T * G, D)
+def _fold_queries(q_BTQD, num_kv_heads: int):
+    """``[B, T, Q, D]`` -> ``[B, K, U, D]`` with ``U = T * group`` folded rows (row
+    ``t * group + g`` of kv head ``k`` is query head ``k * group + g``)."""
+    B, T, Q, D = q_BTQD.shape
+    group = Q // num_kv_heads
+    q = q_BTQD.reshape(B, T, num_kv_heads, group, D).transpose(0, 2, 1, 3, 4)
+    return q.reshape(B, num_kv_heads, T * group, D)
 
 
-def _unfold_rows(o_BKMD, T: int):
-    B, K, M, D = o_BKMD.shape
-    G = M // T
-    return o_BKMD.reshape(B, K, T, G, D).transpose(0, 2, 1, 3, 4).reshape(B, T, K * G, D)
+def _unfold_rows(o_BKUD, T: int):
+    B, K, U, D = o_BKUD.shape
+    group = U // T
+    return o_BKUD.reshape(B, K, T, group, D).transpose(0, 2, 1, 3, 4).reshape(B, T, K * group, D)
 
 
-def _scores(q_BKMD, k_BKSD):
-    """Scaled float32 scores ``[B, K, M, S]``."""
-    s = jax.lax.dot_general(q_BKMD, k_BKSD, (((3,), (3,)), ((0, 1), (0, 1))),
+def _scores(q_BKUD, k_BKSD):
+    """Scaled float32 scores ``[B, K, U, S]``."""
+    s = jax.lax.dot_general(q_BKUD, k_BKSD, (((3,), (3,)), ((0, 1), (0, 1))),
                             preferred_element_type=jnp.float32)
-    return s * (q_BKMD.shape[-1] ** -0.5)
+    return s * (q_BKUD.shape[-1] ** -0.5)
 
 
-def _online_step(state, s_BKMS, visible, v_BKSD):
+def _online_step(state, s_BKUS, visible, v_BKSD):
     """One key block of the running softmax: state ``(max, sum, acc)`` in float32."""
-    m_BKM1, l_BKM1, acc_BKMD = state
-    s_BKMS = jnp.where(visible, s_BKMS, -jnp.inf)
-    m_new = jnp.maximum(m_BKM1, jnp.max(s_BKMS, axis=-1, keepdims=True))
+    m_BKU1, l_BKU1, acc_BKUD = state
+    s_BKUS = jnp.where(visible, s_BKUS, -jnp.inf)
+    m_new = jnp.maximum(m_BKU1, jnp.max(s_BKUS, axis=-1, keepdims=True))
     m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
-    alpha = jnp.exp(m_BKM1 - m_safe)
-    p_BKMS = jnp.exp(s_BKMS - m_safe)
-    pv_BKMD = jax.lax.dot_general(p_BKMS.astype(v_BKSD.dtype), v_BKSD,
+    alpha = jnp.exp(m_BKU1 - m_safe)
+    p_BKUS = jnp.exp(s_BKUS - m_safe)
+    pv_BKUD = jax.lax.dot_general(p_BKUS.astype(v_BKSD.dtype), v_BKSD,
                                   (((3,), (2,)), ((0, 1), (0, 1))),
                                   preferred_element_type=jnp.float32)
-    return (m_new, l_BKM1 * alpha + jnp.sum(p_BKMS, axis=-1, keepdims=True),
-            acc_BKMD * alpha + pv_BKMD)
+    return (m_new, l_BKU1 * alpha + jnp.sum(p_BKUS, axis=-1, keepdims=True),
+            acc_BKUD * alpha + pv_BKUD)
 
 
-def attend_cached(q_BTND, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, cache_v_BKSD,
+def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, cache_v_BKSD,
                   prefix_B, *, block: int | None = None, dense_rows: int | None = None,
                   mode: str = "auto"):
     """Attention of new rows over the committed cache prefix and the new rows themselves.
@@ -238,43 +240,44 @@ def attend_cached(q_BTND, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
         raise ValueError(f"attention mode must be one of {ATTENTION_MODES}, got {mode!r}")
     block = ATTENTION_BLOCK if block is None else block
     dense_rows = DENSE_ROWS if dense_rows is None else dense_rows
-    B, T, N, D = q_BTND.shape
+    B, T, Q, D = q_BTQD.shape
     K = new_k_BTKD.shape[2]
-    G = N // K
+    group = Q // K
     S = cache_k_BKSD.shape[2]
-    q_BKMD = _fold_queries(q_BTND, K)
-    M = T * G
-    state = (jnp.full((B, K, M, 1), -jnp.inf, jnp.float32), jnp.zeros((B, K, M, 1), jnp.float32),
-             jnp.zeros((B, K, M, D), jnp.float32))
-    # (b) the new rows: a small [T*G, T] block
-    vis_BMT = jnp.broadcast_to(block_mask_BTT[:, :, None, :], (B, T, G, T)).reshape(B, 1, M, T)
+    q_BKUD = _fold_queries(q_BTQD, K)
+    U = T * group
+    state = (jnp.full((B, K, U, 1), -jnp.inf, jnp.float32), jnp.zeros((B, K, U, 1), jnp.float32),
+             jnp.zeros((B, K, U, D), jnp.float32))
+    # (b) the new rows: a small [U, T] block
+    vis_B1UT = jnp.broadcast_to(block_mask_BTT[:, :, None, :],
+                                (B, T, group, T)).reshape(B, 1, U, T)
     new_k_BKTD = new_k_BTKD.transpose(0, 2, 1, 3)
     new_v_BKTD = new_v_BTKD.transpose(0, 2, 1, 3)
-    state = _online_step(state, _scores(q_BKMD, new_k_BKTD), vis_BMT, new_v_BKTD)
+    state = _online_step(state, _scores(q_BKUD, new_k_BKTD), vis_B1UT, new_v_BKTD)
 
     # (a) the committed prefix, in key blocks
     blk = min(block, S)
     if blk == S:
         live_BS = jnp.arange(S)[None, :] < prefix_B[:, None]
-        state = _online_step(state, _scores(q_BKMD, cache_k_BKSD), live_BS[:, None, None, :],
+        state = _online_step(state, _scores(q_BKUD, cache_k_BKSD), live_BS[:, None, None, :],
                              cache_v_BKSD)
-    elif M <= dense_rows:   # decode, verify
+    elif U <= dense_rows:   # decode, verify
         buckets = []
-        L = blk
-        while L < S:
-            buckets.append(L)
-            L *= 2
+        width = blk
+        while width < S:
+            buckets.append(width)
+            width *= 2
         buckets.append(S)
 
-        def dense(L, st):
-            live_BS = jnp.arange(L)[None, :] < prefix_B[:, None]
-            return _online_step(st, _scores(q_BKMD, cache_k_BKSD[:, :, :L]),
-                                live_BS[:, None, None, :], cache_v_BKSD[:, :, :L])
+        def dense(width, st):
+            live_BS = jnp.arange(width)[None, :] < prefix_B[:, None]
+            return _online_step(st, _scores(q_BKUD, cache_k_BKSD[:, :, :width]),
+                                live_BS[:, None, None, :], cache_v_BKSD[:, :, :width])
 
         def bucketed(st):
             index = jnp.searchsorted(jnp.asarray(buckets), jnp.max(prefix_B), side="left")
             return jax.lax.switch(jnp.minimum(index, len(buckets) - 1),
-                                  [functools.partial(dense, L) for L in buckets], st)
+                                  [functools.partial(dense, width) for width in buckets], st)
 
         if mode == "auto":
             dense_all = functools.partial(dense, S)
@@ -290,13 +293,13 @@ def attend_cached(q_BTND, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
             vb = jax.lax.dynamic_slice_in_dim(cache_v_BKSD, first, blk, axis=2)
             slot = first + jnp.arange(blk)
             live_BS = (slot >= lo)[None, :] & (slot[None, :] < prefix_B[:, None])
-            return _online_step(st, _scores(q_BKMD, kb), live_BS[:, None, None, :], vb)
+            return _online_step(st, _scores(q_BKUD, kb), live_BS[:, None, None, :], vb)
 
         n_blocks = (jnp.max(prefix_B) + blk - 1) // blk
         state = jax.lax.fori_loop(0, n_blocks, one_block, state)
-    _, l_BKM1, acc_BKMD = state
-    out = acc_BKMD / jnp.where(l_BKM1 > 0, l_BKM1, 1.0)
-    return _unfold_rows(out, T).astype(q_BTND.dtype)
+    _, l_BKU1, acc_BKUD = state
+    out = acc_BKUD / jnp.where(l_BKU1 > 0, l_BKU1, 1.0)
+    return _unfold_rows(out, T).astype(q_BTQD.dtype)
 
 
 class Attention(nnx.Module):
@@ -328,6 +331,6 @@ class Attention(nnx.Module):
         v = self.v_proj(x_BTH).reshape(B, T, self.num_kv_heads, self.head_dim)
         return apply_rope(k, cos, sin), v
 
-    def output(self, attn_BTND):
-        B, T = attn_BTND.shape[:2]
-        return self.o_proj(attn_BTND.reshape(B, T, self.num_heads * self.head_dim))
+    def output(self, attn_BTQD):
+        B, T = attn_BTQD.shape[:2]
+        return self.o_proj(attn_BTQD.reshape(B, T, self.num_heads * self.head_dim))

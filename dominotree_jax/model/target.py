@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.model.cache import KVCache, gather_rows, write_layer
+from dominotree_jax.model.cache import KVCache, KVRows, gather_rows, write_layer
 from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend,
                                          attend_cached, matmul_t, rope_cos_sin, rope_inv_freq)
 from dominotree_jax.precision import ACTIVATION_DTYPE, params_precision, to_activation
@@ -47,7 +47,7 @@ class ForwardOut(NamedTuple):
     hidden: jax.Array   # [B, T, H] after the final norm (feed to ``TargetModel.logits``)
     taps: jax.Array     # [B, T, len(tap_layers) * H] concatenated tapped layer outputs
     cache: KVCache
-    rows: KVCache | None = None   # the new rows' own K/V, per layer [B, T, K, D]
+    rows: KVRows | None = None    # the new rows' own K/V, per layer [B, T, K, D]
 
 
 class TargetModel(nnx.Module):
@@ -143,7 +143,7 @@ class TargetModel(nnx.Module):
         tapped = (jnp.concatenate([taps[i] for i in tap_layers], axis=-1) if tap_layers
                   else jnp.zeros(h.shape[:2] + (0,), h.dtype))
         return ForwardOut(normed, tapped, KVCache(tuple(new_k), tuple(new_v)),
-                          KVCache(tuple(rows_k), tuple(rows_v)))
+                          KVRows(tuple(rows_k), tuple(rows_v)))
 
 
 def _kv_operands(q, k, v, kv_dtype):
@@ -200,28 +200,29 @@ def prefill(target: TargetModel, prompt_BT, lengths_B, max_len: int,
     chunk = PREFILL_CHUNK if chunk is None else chunk
     if T > max_len:
         raise ValueError(f"prompt width {T} exceeds the cache length {max_len}")
-    C = min(chunk, T)
+    width = min(chunk, T)   # columns of one chunk (the chunk forward's ``T``)
     cache = KVCache.zeros(cfg.num_hidden_layers, B, max_len, cfg.num_key_value_heads,
                           cfg.head_dim, target.embed_tokens.weight[...].dtype)
     F = len(tap_layers) * cfg.hidden_size
     hidden_BTH = jnp.zeros((B, T, cfg.hidden_size), ACTIVATION_DTYPE)
     taps_BTF = jnp.zeros((B, T, F), ACTIVATION_DTYPE)
-    causal_CC = jnp.arange(C)[None, :] <= jnp.arange(C)[:, None]
+    causal_TT = jnp.arange(width)[None, :] <= jnp.arange(width)[:, None]   # within a chunk
 
     def one_chunk(c, carry):
         cache, hidden_BTH, taps_BTF = carry
-        first = jnp.minimum(c * C, T - C)
-        tokens_BC = jax.lax.dynamic_slice_in_dim(prompt_BT, first, C, axis=1)
-        pos_BC = jnp.broadcast_to(first + jnp.arange(C, dtype=jnp.int32), (B, C))
-        mask_BCC = causal_CC[None] & (pos_BC[:, None, :] < lengths_B[:, None, None])
+        first = jnp.minimum(c * width, T - width)
+        # the chunk's own arrays: T = ``width`` columns here, as in ``forward_cached``
+        chunk_BT = jax.lax.dynamic_slice_in_dim(prompt_BT, first, width, axis=1)
+        chunk_pos_BT = jnp.broadcast_to(first + jnp.arange(width, dtype=jnp.int32), (B, width))
+        chunk_mask_BTT = causal_TT[None] & (chunk_pos_BT[:, None, :] < lengths_B[:, None, None])
         start_B = jnp.full((B,), first, jnp.int32)
-        out = target.forward_cached(tokens_BC, pos_BC, cache, start_B, start_B, mask_BCC,
-                                    tap_layers)
+        out = target.forward_cached(chunk_BT, chunk_pos_BT, cache, start_B, start_B,
+                                    chunk_mask_BTT, tap_layers)
         hidden_BTH = jax.lax.dynamic_update_slice_in_dim(hidden_BTH, out.hidden, first, axis=1)
         taps_BTF = jax.lax.dynamic_update_slice_in_dim(taps_BTF, out.taps, first, axis=1)
         return out.cache, hidden_BTH, taps_BTF
 
-    n_chunks = (jnp.max(lengths_B) + C - 1) // C
+    n_chunks = (jnp.max(lengths_B) + width - 1) // width
     cache, hidden_BTH, taps_BTF = jax.lax.fori_loop(0, n_chunks, one_chunk,
                                                     (cache, hidden_BTH, taps_BTF))
     last_logits_BV = target.logits(gather_rows(hidden_BTH, lengths_B[:, None] - 1)[:, 0])

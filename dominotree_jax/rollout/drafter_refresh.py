@@ -28,22 +28,22 @@ from dominotree_jax.train.loss import (block_logits, flat_to_state, leading_corr
                                        loss_and_metrics)
 
 
-def rollout_drafter_batch(prompt_BT, lengths_B, tokens_BN, num_B, features_BWF, key,
+def rollout_drafter_batch(prompt_BT, lengths_B, tokens_BY, num_B, features_BWF, key,
                           anchors: int, block: int) -> dict:
     """The training batch of one rollout: ``tokens [B, W]`` (prompt then completion),
     ``feats [B, W, F]``, ``anchors [B, A]`` drawn uniformly inside each completion and
     ``labels [B, A, block+1]`` (``x_a … x_{a+block}``, -1 past the end).
 
-    ``features_BWF`` (``W = T + N``) holds the features of positions ``< len + num - 1`` (the
+    ``features_BWF`` (``W = T + Y``) holds the features of positions ``< len + num - 1`` (the
     last committed token has not been through the target yet); anchors are ``a`` in
     ``[len-1, len+num-2]``: the drafter's context is the features of positions ``< a``.
     """
     B, T = prompt_BT.shape
-    N = tokens_BN.shape[1]
-    W = T + N
+    Y = tokens_BY.shape[1]
+    W = T + Y
     col_W = jnp.arange(W)[None]
-    gen_BW = jnp.take_along_axis(tokens_BN, jnp.clip(col_W - lengths_B[:, None], 0, N - 1), 1)
-    seq_BW = jnp.where(col_W < lengths_B[:, None], jnp.pad(prompt_BT, ((0, 0), (0, N))),
+    gen_BW = jnp.take_along_axis(tokens_BY, jnp.clip(col_W - lengths_B[:, None], 0, Y - 1), 1)
+    seq_BW = jnp.where(col_W < lengths_B[:, None], jnp.pad(prompt_BT, ((0, 0), (0, Y))),
                        gen_BW)
     end_B = lengths_B + num_B                       # tokens in each sequence
     seq_BW = jnp.where(col_W < end_B[:, None], jnp.maximum(seq_BW, 0), 0)
@@ -51,11 +51,11 @@ def rollout_drafter_batch(prompt_BT, lengths_B, tokens_BN, num_B, features_BWF, 
     hi_B = jnp.maximum(end_B - 1, lengths_B)        # exclusive
     u_BA = jax.random.uniform(key, (B, anchors))
     anc_BA = (lo_B[:, None] + jnp.floor(u_BA * (hi_B - lo_B)[:, None])).astype(jnp.int32)
-    idx_BAJ = anc_BA[..., None] + jnp.arange(block + 1)[None, None]
-    lab_BAJ = jnp.take_along_axis(seq_BW[:, None, :], jnp.minimum(idx_BAJ, W - 1), 2)
-    lab_BAJ = jnp.where(idx_BAJ < end_B[:, None, None], lab_BAJ, -1)
+    idx_BAP = anc_BA[..., None] + jnp.arange(block + 1)[None, None]
+    lab_BAP = jnp.take_along_axis(seq_BW[:, None, :], jnp.minimum(idx_BAP, W - 1), 2)
+    lab_BAP = jnp.where(idx_BAP < end_B[:, None, None], lab_BAP, -1)
     feats_BWF = jnp.where((col_W < end_B[:, None] - 1)[..., None], features_BWF, 0)
-    return {"tokens": seq_BW, "feats": feats_BWF, "anchors": anc_BA, "labels": lab_BAJ}
+    return {"tokens": seq_BW, "feats": feats_BWF, "anchors": anc_BA, "labels": lab_BAP}
 
 
 def chain_tau(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batch) -> jax.Array:
@@ -119,13 +119,13 @@ class DrafterRefresher:
         self._programs: dict[tuple, object] = {}
         self.num_steps = 0
 
-        def step(flat, opt_state, tparams, prompt_BT, lengths_B, tokens_BN, num_B, feats_BWF,
+        def step(flat, opt_state, tparams, prompt_BT, lengths_B, tokens_BY, num_B, feats_BWF,
                  key):
-            self.traces.append(prompt_BT.shape + tokens_BN.shape)   # once per compilation
+            self.traces.append(prompt_BT.shape + tokens_BY.shape)   # once per compilation
             pick, key = jax.random.split(key)
-            prompt_BT, lengths_B, tokens_BN, num_B, feats_BWF = take_rows(
-                pick, self.rows, prompt_BT, lengths_B, tokens_BN, num_B, feats_BWF)
-            batch = rollout_drafter_batch(prompt_BT, lengths_B, tokens_BN, num_B, feats_BWF,
+            prompt_BT, lengths_B, tokens_BY, num_B, feats_BWF = take_rows(
+                pick, self.rows, prompt_BT, lengths_B, tokens_BY, num_B, feats_BWF)
+            batch = rollout_drafter_batch(prompt_BT, lengths_B, tokens_BY, num_B, feats_BWF,
                                           key, self.anchors, self.block)
 
             def f(p):
@@ -144,8 +144,8 @@ class DrafterRefresher:
                 "rows": jnp.asarray(batch["tokens"].shape[0], jnp.int32),
                 "token_sum": jnp.sum(jnp.where(real_BW, batch["tokens"], 0))}
 
-        def evaluate(flat, tparams, prompt_BT, lengths_B, tokens_BN, num_B, feats_BWF, key):
-            batch = rollout_drafter_batch(prompt_BT, lengths_B, tokens_BN, num_B, feats_BWF,
+        def evaluate(flat, tparams, prompt_BT, lengths_B, tokens_BY, num_B, feats_BWF, key):
+            batch = rollout_drafter_batch(prompt_BT, lengths_B, tokens_BY, num_B, feats_BWF,
                                           key, self.anchors, self.block)
             return chain_tau(dcfg, tcfg, flat_to_state(dcfg, flat), tparams, batch)
 

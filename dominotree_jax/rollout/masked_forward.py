@@ -51,22 +51,23 @@ def masked_forward(target: TargetModel, tokens_BW, valid_BW, tap_layers=()) -> F
                   tap_layers=tuple(tap_layers))
 
 
-def completion_logprobs(target_params, tcfg: TargetConfig, prompt_BP, completion_BC,
-                        prompt_valid_BP, completion_valid_BC, temperature: float = 1.0):
-    """``[B, C]`` log-probs of ``completion_BC`` after ``prompt_BP`` from ``softmax(logits / T)``
-    (``T == 0`` is read as 1). The ``*_valid`` masks mark real tokens (padding may sit anywhere:
-    tunix left-pads prompts, decode right-pads them). Entries at completion padding are 0."""
-    seq_BW = jnp.concatenate([prompt_BP, completion_BC], axis=1).astype(jnp.int32)
-    valid_BW = jnp.concatenate([prompt_valid_BP, completion_valid_BC], axis=1).astype(bool)
+def completion_logprobs(target_params, tcfg: TargetConfig, prompt_BT, completion_BY,
+                        prompt_valid_BT, completion_valid_BY, temperature: float = 1.0):
+    """``[B, Y]`` log-probs of ``completion_BY`` after ``prompt_BT`` from ``softmax(logits /
+    temperature)`` (``temperature == 0`` is read as 1). The ``*_valid`` masks mark real tokens
+    (padding may sit anywhere: tunix left-pads prompts, decode right-pads them). Entries at
+    completion padding are 0."""
+    seq_BW = jnp.concatenate([prompt_BT, completion_BY], axis=1).astype(jnp.int32)
+    valid_BW = jnp.concatenate([prompt_valid_BT, completion_valid_BY], axis=1).astype(bool)
     target = bind_target(tcfg, target_params)
     out = masked_forward(target, seq_BW, valid_BW)
-    P, W = prompt_BP.shape[1], seq_BW.shape[1]
+    T, W = prompt_BT.shape[1], seq_BW.shape[1]
     # completion token j is predicted by the hidden state of the last real token before it
     last_real_BW = jax.lax.cummax(jnp.where(valid_BW, jnp.arange(W)[None], 0), axis=1)
-    pred_BC = last_real_BW[:, P - 1:W - 1]
-    logits_BCV = target.logits(gather_rows(out.hidden, pred_BC))
+    pred_BY = last_real_BW[:, T - 1:W - 1]
+    logits_BYV = target.logits(gather_rows(out.hidden, pred_BY))
     if temperature not in (0.0, 1.0):
-        logits_BCV = logits_BCV / temperature
-    logp_BCV = jax.nn.log_softmax(logits_BCV, axis=-1)
-    logp_BC = jnp.take_along_axis(logp_BCV, completion_BC[..., None].astype(jnp.int32), 2)[..., 0]
-    return jnp.where(completion_valid_BC, logp_BC, 0.0)
+        logits_BYV = logits_BYV / temperature
+    logp_BYV = jax.nn.log_softmax(logits_BYV, axis=-1)
+    logp_BY = jnp.take_along_axis(logp_BYV, completion_BY[..., None].astype(jnp.int32), 2)[..., 0]
+    return jnp.where(completion_valid_BY, logp_BY, 0.0)

@@ -249,14 +249,14 @@ class DominoTreeRollout(BaseRollout):
             return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
                           auto_state=auto_state)
 
-        def logps(target_params, prompt_BP, completion_BC, pad_id, temperature):
-            self.logp_traces.append(prompt_BP.shape + completion_BC.shape)
-            P = prompt_BP.shape[1]
-            real_BW = real_tokens(jnp.concatenate([prompt_BP, completion_BC], axis=1), pad_id,
+        def logps(target_params, prompt_BT, completion_BY, pad_id, temperature):
+            self.logp_traces.append(prompt_BT.shape + completion_BY.shape)
+            T = prompt_BT.shape[1]
+            real_BW = real_tokens(jnp.concatenate([prompt_BT, completion_BY], axis=1), pad_id,
                                   self.prompt_pads)
             return jax.lax.stop_gradient(completion_logprobs(
-                target_params, self.tcfg, prompt_BP, completion_BC, real_BW[:, :P],
-                real_BW[:, P:], temperature))
+                target_params, self.tcfg, prompt_BT, completion_BY, real_BW[:, :T],
+                real_BW[:, T:], temperature))
 
         self._decode = jax.jit(run, static_argnames="config", compiler_options=compiler_options)
         self._logps = jax.jit(logps, static_argnames=("pad_id", "temperature"),
@@ -305,17 +305,17 @@ class DominoTreeRollout(BaseRollout):
             self._last_temperature = float(rc.temperature)
         if self.refresher is not None:
             self._refresh()
-        tokens_BN = np.asarray(out.tokens)
+        tokens_BY = np.asarray(out.tokens)
         n_B = np.asarray(out.num_tokens)
-        logp_BN = np.asarray(out.logprobs) if rc.return_logprobs else None
+        logp_BY = np.asarray(out.logprobs) if rc.return_logprobs else None
         tokens, logprobs, text = [], [], []
         for b in range(B):
-            row = tokens_BN[b, :n_B[b]]
+            row = tokens_BY[b, :n_B[b]]
             hit = np.flatnonzero(np.isin(row, stop))
             end = int(hit[0]) if hit.size else len(row)   # tunix drops the EOS token
             tokens.append(row[:end].copy())
-            if logp_BN is not None:
-                logprobs.append(logp_BN[b, :end].copy())
+            if logp_BY is not None:
+                logprobs.append(logp_BY[b, :end].copy())
             text.append(self._tok.decode(row[:end]) if self._tok is not None else "")
         return RolloutOutput(text=text, logits=[], tokens=tokens,
                              left_padded_prompt_tokens=left_BT,
@@ -323,7 +323,7 @@ class DominoTreeRollout(BaseRollout):
 
     def get_per_token_logps(self, prompt_tokens, completion_tokens,
                             temperature: float | None = None) -> jax.Array:
-        """``[B, C]`` log-probs of the completions (tunix's layout: prompts left-padded,
+        """``[B, Y]`` log-probs of the completions (tunix's layout: prompts left-padded,
         completions right-padded with ``pad_id``), one teacher-forced forward, as tunix's
         trainer computes them: at ``temperature`` (default: the engine's rollout temperature,
         module docstring; 0 is read as 1, as tunix does), the pad ids read per

@@ -93,7 +93,7 @@ class SequenceDataset:
 
     def get_topk(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """The stored top-k target logits of sequence ``j``, aligned with ``get(j)``: ``(ids
-        [W, K] int32, logits [W, K] float32)``; row ``p`` is the target's top-k at position
+        [W, k] int32, logits [W, k] float32)``; row ``p`` is the target's top-k at position
         ``p`` (predicting token ``p + 1``), ids ``-1`` where nothing is stored (prompt
         positions, the last token, shards without top-k, padding)."""
         K, W = self.topk_k, self.seq_len
@@ -154,7 +154,7 @@ def make_batch(ds: SequenceDataset, seq_ids, *, anchors: int, block: int,
     ``anchors [B, A]``, ``labels [B, A, block+1]`` (``x_a … x_{a+block}``; ``-1`` past the
     end) and ``soft_pos [B, A, block]`` (the position whose target distribution predicts each
     label, ``a + d``; ``-1`` where the label is missing); with stored top-k logits
-    (``ds.topk_k > 0``) also ``topk_ids``/``topk_logits [B, W, K]`` (``get_topk``).
+    (``ds.topk_k > 0``) also ``topk_ids``/``topk_logits [B, W, k]`` (``get_topk``).
 
     ``anchor_mode="sample"``: ``anchors`` positions drawn without replacement among positions
     ``a`` with at least one label (``a + 1 < total``), ``answer_frac`` of them in the answer

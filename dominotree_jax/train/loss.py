@@ -8,8 +8,9 @@ context rows ``< a`` only, plus their own block (``Drafter.draft``'s mask) — e
 inference does after committing ``x_0 … x_{a-1}`` with bonus token ``x_a``.
 
 The Domino head is teacher-forced: depth ``d`` uses the GRU state after ``x_a … x_{a+d}``.
-Labels are ``x_{a+1} … x_{a+K}`` (``shift_label``). Depths ``< P`` use the base logits, as at
-inference. Loss ``(1-λ)·CE(corrected) + λ·CE(base)``, per-depth weight ``exp(-d/γ)``.
+Labels are ``x_{a+1} … x_{a+J}`` (``shift_label``). Depths ``< prefix_len`` use the base
+logits, as at inference. Loss ``(1-λ)·CE(corrected) + λ·CE(base)``, per-depth weight
+``exp(-d/γ)``.
 """
 
 from __future__ import annotations
@@ -59,15 +60,16 @@ def curriculum_lambda(step, total_steps: int, hold: float = 0.0, ramp: float = 0
     return jnp.float32(1.0) - (1.0 - end) * frac
 
 
-def depth_weights(K: int, gamma: float | None):
-    d = jnp.arange(K, dtype=jnp.float32)
-    return jnp.ones((K,), jnp.float32) if not gamma else jnp.exp(-d / gamma)
+def depth_weights(J: int, gamma: float | None):
+    d = jnp.arange(J, dtype=jnp.float32)
+    return jnp.ones((J,), jnp.float32) if not gamma else jnp.exp(-d / gamma)
 
 
 def anchored_blocks(drafter, dcfg: DrafterConfig, batch):
     """The drafter inputs of every block of ``batch`` as inference sees them:
-    ``(ctx_N, t0 [N], anchors [N], labels [N, J+1])`` with ``N = B·A`` (the context of each
-    sequence extended over its features, repeated for each of its ``A`` anchors)."""
+    ``(ctx_A, t0 [B·A], anchors [B·A], labels [B·A, J+1])``, the ``B·A`` blocks flattened into
+    one axis (the context of each sequence extended over its features, repeated for each of its
+    ``A`` anchors)."""
     feats, anchors, labels = batch["feats"], batch["anchors"], batch["labels"]
     B, W = batch["tokens"].shape
     A = anchors.shape[1]
@@ -75,15 +77,15 @@ def anchored_blocks(drafter, dcfg: DrafterConfig, batch):
     pos = jnp.broadcast_to(jnp.arange(W, dtype=jnp.int32), (B, W))
     ctx = drafter.extend_context(ctx, feats, pos, jnp.zeros((B,), jnp.int32),
                                  jnp.full((B,), W, jnp.int32))
-    a_N = anchors.reshape(-1).astype(jnp.int32)
-    ctx_N = DrafterContext(jnp.repeat(ctx.k, A, axis=1), jnp.repeat(ctx.v, A, axis=1), a_N)
+    anchor_A = anchors.reshape(-1).astype(jnp.int32)
+    ctx_A = DrafterContext(jnp.repeat(ctx.k, A, axis=1), jnp.repeat(ctx.v, A, axis=1), anchor_A)
     lab = labels.reshape(B * A, -1)
-    return ctx_N, jnp.maximum(lab[:, 0], 0), a_N, lab
+    return ctx_A, jnp.maximum(lab[:, 0], 0), anchor_A, lab
 
 
 def block_logits(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batch,
                  vocab_ids=None):
-    """``(base [N, K, V], corrected [N, K, V], targets [N, K])`` with ``N = B·A`` blocks.
+    """``(base [B·A, J, V], corrected [B·A, J, V], targets [B·A, J])`` for the ``B·A`` blocks.
 
     With ``vocab_ids [Va]`` the logits are computed over those vocabulary rows only (column
     ``j`` is token ``vocab_ids[j]``; targets stay token ids): the full-vocabulary LM head is
@@ -92,20 +94,20 @@ def block_logits(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batc
     drafter = bind_drafter(dcfg, dparams)
     target = bind_target(tcfg, jax.lax.stop_gradient(tparams))
     head = target if vocab_ids is None else _SubsetHead(target, vocab_ids)
-    K = dcfg.num_draft_positions
-    ctx_N, t0, a_N, lab = anchored_blocks(drafter, dcfg, batch)
-    z, base = drafter.draft(head, ctx_N, t0, a_N)
+    J = dcfg.num_draft_positions
+    ctx_A, t0, anchor_A, lab = anchored_blocks(drafter, dcfg, batch)
+    z, base = drafter.draft(head, ctx_A, t0, anchor_A)
     if dcfg.is_domino:
         domino = drafter.head_weights(target)
-        inp = jnp.maximum(lab[:, :K], 0)                         # x_a … x_{a+K-1}
-        states = gru_path_states(domino, inp, drafter.dtype)      # [N, K, G]
+        inp = jnp.maximum(lab[:, :J], 0)                         # x_a … x_{a+J-1}
+        states = gru_path_states(domino, inp, drafter.dtype)      # [B·A, J, G]
         w2 = domino.proj_w2 if vocab_ids is None else jnp.take(domino.proj_w2, vocab_ids, axis=0)
         corr = corrected_logits(base, z, states, domino.proj_w1, w2).astype(jnp.float32)
-        P = dcfg.pure_draft_prefix_len
-        corr = jnp.where((jnp.arange(K) < P)[None, :, None], base, corr)
+        prefix_len = dcfg.pure_draft_prefix_len
+        corr = jnp.where((jnp.arange(J) < prefix_len)[None, :, None], base, corr)
     else:
         corr = base
-    return base, corr, lab[:, 1:K + 1]
+    return base, corr, lab[:, 1:J + 1]
 
 
 def _ce(logits, tgt):
@@ -114,21 +116,21 @@ def _ce(logits, tgt):
     return lse - picked
 
 
-def leading_correct(correct_NK, valid_NK):
+def leading_correct(correct_AJ, valid_AJ):
     """Number of leading correct depths per block (stops at the first wrong or invalid)."""
-    ok = (correct_NK & valid_NK).astype(jnp.int32)
+    ok = (correct_AJ & valid_AJ).astype(jnp.int32)
     return jnp.sum(jnp.cumprod(ok, axis=1), axis=1)
 
 
 def target_soft_logits(tcfg: TargetConfig, tparams, batch, vocab_ids=None):
-    """The target's next-token logits at each label's position ``[N, K, V]`` (``soft_pos``;
+    """The target's next-token logits at each label's position ``[B·A, J, V]`` (``soft_pos``;
     from the stored final hidden states through the target's own LM head)."""
     target = bind_target(tcfg, jax.lax.stop_gradient(tparams))
     hidden, pos = batch["hidden"], batch["soft_pos"]
-    B, A, K = pos.shape
+    B, A, J = pos.shape
     h = jnp.take_along_axis(hidden[:, None, :, :],
-                            jnp.maximum(pos, 0).reshape(B, 1, A * K, 1), axis=2)
-    h = h.reshape(B * A, K, -1)
+                            jnp.maximum(pos, 0).reshape(B, 1, A * J, 1), axis=2)
+    h = h.reshape(B * A, J, -1)
     head = target if vocab_ids is None else _SubsetHead(target, vocab_ids)
     return jax.lax.stop_gradient(head.logits(h.astype(target.embed_tokens.weight[...].dtype)))
 
@@ -138,24 +140,24 @@ def _soft_ce(logits, p_target):
 
 
 def topk_targets(batch, vocab_index=None):
-    """The stored top-k target distribution of each label: ``(columns [N, J, k] int32, p
-    [N, J, k] float32, has [N, J] bool)``. ``p`` is the softmax of the stored logits over the
+    """The stored top-k target distribution of each label: ``(columns [B·A, J, k] int32, p
+    [B·A, J, k] float32, has [B·A, J] bool)``. ``p`` is the softmax of the stored logits over the
     k entries (renormalised top-k); with a vocabulary subset (``vocab_index``) entries outside
     it are dropped before renormalising. ``has`` is False where nothing is stored."""
     ids, vals, pos = batch["topk_ids"], batch["topk_logits"], batch["soft_pos"]
     B, A, J = pos.shape
     k = ids.shape[-1]
     g = jnp.maximum(pos, 0).reshape(B, A * J, 1)
-    ids_NJk = jnp.take_along_axis(ids, g, axis=1).reshape(B * A, J, k)
-    vals_NJk = jnp.take_along_axis(vals.astype(jnp.float32), g, axis=1).reshape(B * A, J, k)
-    ok = (ids_NJk >= 0) & (pos.reshape(B * A, J, 1) >= 0)
+    ids_AJk = jnp.take_along_axis(ids, g, axis=1).reshape(B * A, J, k)
+    vals_AJk = jnp.take_along_axis(vals.astype(jnp.float32), g, axis=1).reshape(B * A, J, k)
+    ok = (ids_AJk >= 0) & (pos.reshape(B * A, J, 1) >= 0)
     if vocab_index is not None:
-        ids_NJk = jnp.where(ok, vocab_index[jnp.maximum(ids_NJk, 0)], -1)
-        ok = ok & (ids_NJk >= 0)
-    p = jax.nn.softmax(jnp.where(ok, vals_NJk, -jnp.inf), axis=-1)
+        ids_AJk = jnp.where(ok, vocab_index[jnp.maximum(ids_AJk, 0)], -1)
+        ok = ok & (ids_AJk >= 0)
+    p = jax.nn.softmax(jnp.where(ok, vals_AJk, -jnp.inf), axis=-1)
     has = jnp.any(ok, axis=-1)
     p = jnp.where(has[..., None] & ok, p, 0.0)
-    return jnp.maximum(ids_NJk, 0), p, has
+    return jnp.maximum(ids_AJk, 0), p, has
 
 
 def _topk_kl(logits, cols, p, has):
@@ -165,12 +167,12 @@ def _topk_kl(logits, cols, p, has):
     return jnp.where(has, jnp.sum(plogp - p * logq, axis=-1), 0.0)
 
 
-def until_fail_mask(correct_NJ, valid_NJ, floor: float = 0.0):
-    """Accept-until-fail weights ``[N, J]``: 1 at every depth up to and including a block's
+def until_fail_mask(correct_AJ, valid_AJ, floor: float = 0.0):
+    """Accept-until-fail weights ``[B·A, J]``: 1 at every depth up to and including a block's
     first wrong (or missing) depth, ``floor`` after it. Depth ``d`` counts when depths
     ``0 … d-1`` were all right, i.e. when a greedy chain of this head would reach depth ``d``
     at inference. Not differentiated (argmax)."""
-    ok = (correct_NJ & valid_NJ).astype(jnp.float32)
+    ok = (correct_AJ & valid_AJ).astype(jnp.float32)
     reach = jnp.concatenate([jnp.ones_like(ok[:, :1]), jnp.cumprod(ok, axis=1)[:, :-1]], 1)
     return jax.lax.stop_gradient(reach + floor * (1.0 - reach))
 
@@ -197,10 +199,10 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
     base, corr, tgt = block_logits(dcfg, tcfg, dparams, tparams, batch, vocab_ids)
     if vocab_ids is not None:
         tgt = jnp.where(tgt >= 0, vocab_index[jnp.maximum(tgt, 0)], -1)
-    K = tgt.shape[1]
+    J = tgt.shape[1]
     valid = tgt >= 0
     vf = valid.astype(jnp.float32)
-    w = depth_weights(K, gamma)[None, :] * vf
+    w = depth_weights(J, gamma)[None, :] * vf
     ce_b, ce_c = _ce(base, tgt), _ce(corr, tgt)
     hb, hc = ce_b, ce_c
     if soft:
@@ -221,13 +223,13 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
         hc = hc * until_fail_mask(acc_c, valid, until_fail_floor)
     loss = jnp.sum(w * ((1.0 - lam) * hc + lam * hb)) / jnp.maximum(jnp.sum(w), 1.0)
     n_d = jnp.maximum(jnp.sum(vf, axis=0), 1.0)
-    full = jnp.all(valid, axis=1)  # blocks whose K labels all exist
+    full = jnp.all(valid, axis=1)  # blocks whose J labels all exist
     metrics = {
         "loss": loss,
         "base_loss": jnp.sum(vf * ce_b) / jnp.maximum(jnp.sum(vf), 1.0),
         "corr_loss": jnp.sum(vf * ce_c) / jnp.maximum(jnp.sum(vf), 1.0),
-        "base_acc_d": jnp.sum(acc_b, axis=0) / n_d,   # [K]
-        "corr_acc_d": jnp.sum(acc_c, axis=0) / n_d,   # [K]
+        "base_acc_d": jnp.sum(acc_b, axis=0) / n_d,   # [J]
+        "corr_acc_d": jnp.sum(acc_c, axis=0) / n_d,   # [J]
         # Greedy chain acceptance (τ = leading correct depths + 1) on full blocks: teacher
         # forcing equals the chain while the chain is right, so this is the offline chain τ.
         "tau_base": 1.0 + jnp.sum(jnp.where(full, leading_correct(acc_b, valid), 0))

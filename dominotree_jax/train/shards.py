@@ -4,9 +4,9 @@ A data directory (for example ``data/smollm2/``) holds ``manifest.json`` and sha
 ``<kind>_<NNNNN>.npz``. A shard has one row per sequence:
 
 - ``tokens``: ``uint16 [sum(lengths)]``, the rows concatenated (a 49,152 vocabulary fits);
-- ``lengths``: ``int32 [R]`` row lengths; ``prompt_lengths``: ``int32 [R]`` (the prompt part,
+- ``lengths``: ``int32 [rows]`` row lengths; ``prompt_lengths``: ``int32 [rows]`` (the prompt part,
   the chat-templated user turn; the rest of the row is the target's answer);
-- ``source``: ``uint8 [R]`` index into the manifest's ``sources`` list;
+- ``source``: ``uint8 [rows]`` index into the manifest's ``sources`` list;
 - optional (``answers`` shards written with ``collect --store-topk K``): ``topk_ids`` ``uint16
   [sum(lengths - prompt_lengths), K]`` and ``topk_logits`` ``float16 [same]``, the target's K
   largest next-token logits at every position that predicts an answer token (row by row,
@@ -147,9 +147,9 @@ class ShardStore:
         return [s for s in self.manifest["shards"] if s["kind"] == kind]
 
     def read(self, entry: dict) -> dict:
-        """One shard as arrays (``tokens`` widened to int32, ``offsets [R+1]`` added; with
+        """One shard as arrays (``tokens`` widened to int32, ``offsets [rows+1]`` added; with
         stored top-k logits also ``topk_ids`` int32, ``topk_logits`` float16 and
-        ``answer_offsets [R+1]``, where row ``r``'s entries start)."""
+        ``answer_offsets [rows+1]``, where row ``r``'s entries start)."""
         with np.load(os.path.join(self.root, entry["file"])) as z:
             out = {k: z[k] for k in ("tokens", "lengths", "prompt_lengths", "source")}
             if "topk_ids" in z.files:

@@ -45,36 +45,36 @@ def parse_config(spec: str) -> tuple[str, int, int]:
     return parts[0], int(parts[1]), int(parts[2])
 
 
-def tree_accepted(tokens_NT, parents_NT, valid_NT, labels_NJ):
+def tree_accepted(tokens_AN, parents_AN, valid_AN, labels_AJ):
     """Accepted nodes per block: the walk from the root along nodes whose token is the next
     label (lowest index first among duplicates), stopping at the first miss or a missing label
     (NumPy, host side)."""
     import numpy as np
-    N, J = labels_NJ.shape
-    out = np.zeros(N, np.int64)
-    for n in range(N):
+    A, J = labels_AJ.shape
+    out = np.zeros(A, np.int64)
+    for b in range(A):
         cur = -1
         for d in range(J):
-            lab = labels_NJ[n, d]
+            lab = labels_AJ[b, d]
             if lab < 0:
                 break
-            hit = np.flatnonzero(valid_NT[n] & (parents_NT[n] == cur) & (tokens_NT[n] == lab))
+            hit = np.flatnonzero(valid_AN[b] & (parents_AN[b] == cur) & (tokens_AN[b] == lab))
             if not len(hit):
                 break
             cur = int(hit[0])
-            out[n] += 1
+            out[b] += 1
     return out
 
 
 def block_outputs(dcfg, tcfg, dparams, tparams, batch):
-    """``(z [N, J, H], base [N, J, V], t0 [N], labels [N, J])`` of every block of ``batch``
-    (the drafter's outputs at inference for each anchor; see ``loss.block_logits``)."""
+    """``(z [B·A, J, H], base [B·A, J, V], t0 [B·A], labels [B·A, J])`` of every block of
+    ``batch`` (the drafter's outputs at inference for each anchor; see ``loss.block_logits``)."""
     from dominotree_jax.model.drafter import bind_drafter
     from dominotree_jax.model.target import bind_target
     from dominotree_jax.train.loss import anchored_blocks
     drafter, target = bind_drafter(dcfg, dparams), bind_target(tcfg, tparams)
-    ctx_N, t0, a_N, lab = anchored_blocks(drafter, dcfg, batch)
-    z, base = drafter.draft(target, ctx_N, t0, a_N)
+    ctx_A, t0, anchor_A, lab = anchored_blocks(drafter, dcfg, batch)
+    z, base = drafter.draft(target, ctx_A, t0, anchor_A)
     return z, base, t0, lab[:, 1:dcfg.num_draft_positions + 1]
 
 
@@ -91,7 +91,7 @@ def measure(dcfg, dparams, tcfg, tparams, ds, seq_ids, configs, *, anchors: int,
     from dominotree_jax.tree import build_tree_from_head
 
     J = dcfg.num_draft_positions
-    P = dcfg.pure_draft_prefix_len
+    prefix_len = dcfg.pure_draft_prefix_len
     head = bind_drafter(dcfg, dparams).head_weights(bind_target(tcfg, tparams))
     out_fn = jax.jit(block_outputs, static_argnames=("dcfg", "tcfg"))
     rng = np.random.default_rng(seed)
@@ -107,7 +107,7 @@ def measure(dcfg, dparams, tcfg, tparams, ds, seq_ids, configs, *, anchors: int,
             if method == "dflash":
                 toks, _ = dflash_chain(base)
             elif method == "domino":
-                toks, _ = domino_chain(head, z, base, t0, P)
+                toks, _ = domino_chain(head, z, base, t0, prefix_len)
             if method in ("dflash", "domino"):
                 ok = np.asarray(toks) == lab_np
                 a = np.cumprod(ok, axis=1).sum(axis=1)
@@ -115,7 +115,7 @@ def measure(dcfg, dparams, tcfg, tparams, ds, seq_ids, configs, *, anchors: int,
             else:
                 tree = jax.vmap(lambda bs, zz, t: build_tree_from_head(
                     bs, zz, t, head if method != "ddtree" else None, method=method,
-                    budget=budget, node_topk=k, top_m=top_m, prefix_len=P,
+                    budget=budget, node_topk=k, top_m=top_m, prefix_len=prefix_len,
                     use_pallas=False))(base, z, t0)
                 tk, par, dep = (np.asarray(x) for x in (tree.tokens, tree.parents,
                                                         tree.depths))

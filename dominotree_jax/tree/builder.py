@@ -7,7 +7,7 @@ vmap-able.
 pop order. ``build_tree`` is the same with the weights as separate arguments (the signature
 other implementations are compared through).
 
-Frontier: ``F = k + N*k`` slots in push order. Slots ``0..k-1`` hold the root's children; pop
+Frontier: ``Z = k + N*k`` slots in push order. Slots ``0..k-1`` hold the root's children; pop
 ``i`` writes its ``k`` children into slots ``k + i*k .. k + i*k + k-1`` (marked invalid when the
 popped node is at the last depth ``J-1``). Each pop takes ``argmax`` over the valid slots'
 cumulative scores; ``argmax`` returns the first maximal index, i.e. the earliest push, which is
@@ -152,7 +152,7 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
     check_settings(J, V, method=method, budget=budget, node_topk=node_topk, top_m=top_m,
                    prefix_len=prefix_len)
     N, k = budget, node_topk
-    F = k + N * k
+    Z = k + N * k   # frontier slots, in push order
     f32, i32 = jnp.float32, jnp.int32
     base_JV = base_logits.astype(f32)
 
@@ -189,13 +189,13 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
         return ids_k.astype(i32), lp_k
 
     ids0, lp0 = children(0, root_state)
-    slot_F = jnp.arange(F)
+    slot_Z = jnp.arange(Z)
     frontier = dict(
-        tok=jnp.zeros((F,), i32).at[:k].set(ids0),
-        par=jnp.full((F,), -1, i32),
-        dep=jnp.where(slot_F < k, 0, -1).astype(i32),
-        score=jnp.full((F,), -jnp.inf, f32).at[:k].set(lp0),
-        valid=slot_F < k,
+        tok=jnp.zeros((Z,), i32).at[:k].set(ids0),
+        par=jnp.full((Z,), -1, i32),
+        dep=jnp.where(slot_Z < k, 0, -1).astype(i32),
+        score=jnp.full((Z,), -jnp.inf, f32).at[:k].set(lp0),
+        valid=slot_Z < k,
     )
     nodes = dict(
         tok=jnp.zeros((N,), i32), par=jnp.full((N,), -1, i32), dep=jnp.full((N,), -1, i32),
@@ -225,8 +225,8 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
         ids_k, lp_k = children(jnp.clip(child_dep, 0, J - 1), s_G)
         start = k + i * k
 
-        def put(x_F, v_k):
-            return jax.lax.dynamic_update_slice(x_F, v_k, (start,))
+        def put(x_Z, v_k):
+            return jax.lax.dynamic_update_slice(x_Z, v_k, (start,))
 
         fr = dict(
             tok=put(fr["tok"], ids_k),
@@ -254,9 +254,8 @@ def build_tree_from_head(base_logits, hidden, root_token, head: DominoHeadWeight
     Args: base_logits [J, V] (row d predicts depth d), hidden [J, H] (z_d), root_token int
     scalar (t0), head: the Domino head's weights (unused, may be None, for ``"ddtree"`` or
     ``prefix_len >= J``). Static: method ``"ddtree" | "condstatic" | "dominotree"``, budget
-    N, node_topk k,
-    top_m M (0 = full vocab), prefix_len P, use_pallas ``"auto" | True | False | "interpret"``
-    (``"interpret"``: Pallas in interpret mode, for CPU tests).
+    N, node_topk k, top_m M (0 = full vocab), prefix_len, use_pallas ``"auto" | True | False |
+    "interpret"`` (``"interpret"``: Pallas in interpret mode, for CPU tests).
 
     Returns a ``Tree`` of N slots; vmap over leading batch dims of the array arguments for a
     batch of rounds.

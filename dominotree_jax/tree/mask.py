@@ -6,7 +6,7 @@ itself, the root and its ancestors. It is computed by pointer doubling: after st
 row holds its ancestors at distance ``< 2**t`` and ``jump`` points at its ``2**t``-th ancestor
 (the root points at itself), so ``N.bit_length()`` steps (``2**steps > N``) cover any depth.
 
-``chain_tree(tokens_K, logprobs_K)`` wraps a chain draft (DFlash, Domino) as a ``Tree``.
+``chain_tree(tokens_J, logprobs_J)`` wraps a chain draft (DFlash, Domino) as a ``Tree``.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def build_tree_numpy(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh,
         w_ih, w_hh = np.asarray(gru_w_ih, _F32), np.asarray(gru_w_hh, _F32)
         w1, w2 = np.asarray(proj_w1, _F32), np.asarray(proj_w2, _F32)
         H = hidden.shape[-1]
-        a_KE = hidden @ w1[:, :H].T
+        a_JE = hidden @ w1[:, :H].T
         w1s = w1[:, H:]
         zeros_G = np.zeros(w_hh.shape[-1], _F32)
         root_state = gru_step_numpy(embed[int(root_token)], zeros_G, w_ih, w_hh)
@@ -97,7 +97,7 @@ def build_tree_numpy(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh,
         if not corrected or depth < prefix_len:
             ids = _topk(marg_lp[depth], k)
             return ids, marg_lp[depth][ids]
-        pre = a_KE[depth] + w1s @ state
+        pre = a_JE[depth] + w1s @ state
         h = pre * _sigmoid(pre)
         cand = _topk(base[depth], top_m) if top_m > 0 else np.arange(V)
         lp = _log_softmax(base[depth][cand] + w2[cand] @ h)
