@@ -52,6 +52,30 @@ def scripted_drafter(continuation, wrong: bool = False):
         Drafter.draft = original
 
 
+def exact_joint(tcfg, target_params, prompt, n_tok: int = 3, temperature: float = 1.0):
+    """``[V] * n_tok``: P(first ``n_tok`` tokens after ``prompt``) of the target at
+    ``temperature``, by enumerating every prefix (one causal forward per prefix; float64
+    products)."""
+    import itertools
+
+    import numpy as np
+
+    from dominotree_jax.api import _plain_forward
+    V = tcfg.vocab_size
+    probs = np.zeros((V,) * n_tok)
+    seqs = np.array(list(itertools.product(range(V), repeat=n_tok - 1)))
+    toks = np.concatenate([np.tile(prompt, (len(seqs), 1)), seqs], axis=1)
+    lp = np.asarray(jax.nn.log_softmax(
+        _plain_forward(target_params, jnp.asarray(toks), tcfg) / temperature, -1), np.float64)
+    T = len(prompt)
+    for row, s in enumerate(seqs):
+        p = 1.0
+        for j in range(n_tok - 1):
+            p *= np.exp(lp[row, T - 1 + j, s[j]])
+        probs[tuple(s)] = p * np.exp(lp[row, T + n_tok - 2])
+    return probs
+
+
 def first_tokens_chi_square_p(tokens_BY, exact_joint, vocab: int) -> float:
     """Chi-square p-value of the first three tokens of every run against the exact joint
     distribution ``exact_joint [V, V, V]`` (cells expecting < 5 counts pooled into one)."""

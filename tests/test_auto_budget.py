@@ -195,11 +195,11 @@ def test_oracle_drafter_gets_the_largest_size(method):
 
 
 def test_sampling_matches_the_target_distribution():
-    from test_spec_decode import _exact_joint
+    from spec_fixtures import exact_joint
     V, runs = 6, 20000
     tcfg, dcfg, params = tiny_pair(vocab=V, block_size=4, seed=3)
     prompt = np.array([1, 4, 2])
-    exact = _exact_joint(tcfg, params, prompt).reshape(-1)
+    exact = exact_joint(tcfg, params["target"], prompt).reshape(-1)
     cfg = _cfg(tcfg, dcfg, "dominotree", max_new_tokens=3, temperature=1.0, node_topk=2,
                top_m=0, auto_sizes=(0, 1, 2, 6), auto_costs=CHEAP)
     run = fresh_jit_decode()

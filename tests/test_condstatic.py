@@ -5,7 +5,6 @@ at T=0 and distributed as the target at T=1."""
 
 from __future__ import annotations
 
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +16,7 @@ from dominotree_jax.decoding.config import METHODS
 from dominotree_jax.domino_head import DominoHeadWeights, domino_chain
 from dominotree_jax.tree import build_tree
 from dominotree_jax.tree.reference import build_tree_numpy
-from spec_fixtures import first_tokens_chi_square_p, scripted_drafter, tiny_pair
+from spec_fixtures import exact_joint, first_tokens_chi_square_p, scripted_drafter, tiny_pair
 from test_tree_builder import CONFIGS, FAMILIES, assert_same_tree, check_invariants, make_case
 
 jdecode = jax.jit(decode, static_argnames="config")
@@ -109,28 +108,11 @@ def test_greedy_is_token_identical_to_ar():
     assert (np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])]) == 1).all()
 
 
-def _exact_joint(tcfg, params, prompt, n_tok=3):
-    from dominotree_jax.api import _plain_forward
-    V = tcfg.vocab_size
-    probs = np.zeros((V,) * n_tok)
-    seqs = np.array(list(itertools.product(range(V), repeat=n_tok - 1)))
-    toks = np.concatenate([np.tile(prompt, (len(seqs), 1)), seqs], axis=1)
-    lp = np.asarray(jax.nn.log_softmax(_plain_forward(params["target"], jnp.asarray(toks),
-                                                      tcfg), -1))
-    P = len(prompt)
-    for row, s in enumerate(seqs):
-        p = 1.0
-        for j in range(n_tok - 1):
-            p *= np.exp(lp[row, P - 1 + j, s[j]])
-        probs[tuple(s)] = p * np.exp(lp[row, P + n_tok - 2])
-    return probs
-
-
 def test_sampling_matches_the_target_distribution():
     V, runs = 6, 20000
     tcfg, dcfg, params = tiny_pair(vocab=V, block_size=4, seed=3)
     prompt = np.array([1, 4, 2])
-    exact = _exact_joint(tcfg, params, prompt).reshape(-1)
+    exact = exact_joint(tcfg, params["target"], prompt).reshape(-1)
     cfg = _cfg(tcfg, dcfg, "condstatic", max_new_tokens=3, temperature=1.0, budget=6,
                node_topk=2, top_m=0)
     out = jdecode(params, jnp.tile(prompt, (runs, 1)), config=cfg, key=jax.random.key(7))

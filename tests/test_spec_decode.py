@@ -1,7 +1,6 @@
 """Speculative decoding is lossless: every method equals AR at temperature 0, an oracle drafter
 reaches the maximum tau, a wrong drafter gets tau = 1, and sampling matches AR's distribution."""
 
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +8,7 @@ import numpy as np
 import pytest
 
 from dominotree_jax import DecodeConfig, decode
-from spec_fixtures import first_tokens_chi_square_p, scripted_drafter, tiny_pair
+from spec_fixtures import exact_joint, first_tokens_chi_square_p, scripted_drafter, tiny_pair
 
 METHODS = ("dflash", "domino", "ddtree", "dominotree")
 jdecode = jax.jit(decode, static_argnames="config")
@@ -59,30 +58,12 @@ def test_oracle_drafter_reaches_max_tau_and_wrong_drafter_gets_one(method, shift
     assert (taus == 1).all() and len(taus) == n - 1
 
 
-def _exact_joint(tcfg, params, prompt, n_tok=3, temperature=1.0):
-    """P(first n_tok tokens) of the target by enumerating every prefix."""
-    from dominotree_jax.api import _plain_forward
-    V = tcfg.vocab_size
-    probs = np.zeros((V,) * n_tok)
-    seqs = np.array(list(itertools.product(range(V), repeat=n_tok - 1)))
-    toks = np.concatenate([np.tile(prompt, (len(seqs), 1)), seqs], axis=1)
-    lp = np.asarray(jax.nn.log_softmax(
-        _plain_forward(params["target"], jnp.asarray(toks), tcfg) / temperature, -1))
-    P = len(prompt)
-    for row, s in enumerate(seqs):
-        p = 1.0
-        for j in range(n_tok - 1):
-            p *= np.exp(lp[row, P - 1 + j, s[j]])
-        probs[tuple(s)] = p * np.exp(lp[row, P + n_tok - 2])
-    return probs
-
-
 @pytest.mark.parametrize("method", ["ar", "dflash", "domino", "dominotree"])
 def test_sampling_matches_the_target_distribution(method):
     V, runs = 6, 20000
     tcfg, dcfg, params = tiny_pair(vocab=V, block_size=4, seed=3)
     prompt = np.array([1, 4, 2])
-    exact = _exact_joint(tcfg, params, prompt).reshape(-1)
+    exact = exact_joint(tcfg, params["target"], prompt).reshape(-1)
     cfg = _cfg(tcfg, dcfg, method, max_new_tokens=3, temperature=1.0, budget=6, node_topk=2,
                top_m=0)
     out = jdecode(params, jnp.tile(prompt, (runs, 1)), config=cfg, key=jax.random.key(7))
