@@ -76,6 +76,17 @@ def exact_joint(tcfg, target_params, prompt, n_tok: int = 3, temperature: float 
     return probs
 
 
+def sampling_case():
+    """What the sampling tests draw against: ``(tcfg, dcfg, params, prompt, exact)``, a tiny
+    pair with a 6-token vocabulary, the prompt ``[1, 4, 2]`` and the target's exact joint of the
+    first three tokens after it (flattened, ``[V ** 3]``)."""
+    import numpy as np
+
+    tcfg, dcfg, params = tiny_pair(vocab=6, block_size=4, seed=3)
+    prompt = np.array([1, 4, 2])
+    return tcfg, dcfg, params, prompt, exact_joint(tcfg, params["target"], prompt).reshape(-1)
+
+
 def first_tokens_chi_square_p(tokens_BY, exact_joint, vocab: int) -> float:
     """Chi-square p-value of the first three tokens of every run against the exact joint
     distribution ``exact_joint [V, V, V]`` (cells expecting < 5 counts pooled into one)."""

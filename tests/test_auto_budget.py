@@ -195,17 +195,15 @@ def test_oracle_drafter_gets_the_largest_size(method):
 
 
 def test_sampling_matches_the_target_distribution():
-    from spec_fixtures import exact_joint
-    V, runs = 6, 20000
-    tcfg, dcfg, params = tiny_pair(vocab=V, block_size=4, seed=3)
-    prompt = np.array([1, 4, 2])
-    exact = exact_joint(tcfg, params["target"], prompt).reshape(-1)
+    from spec_fixtures import sampling_case
+    runs = 20000
+    tcfg, dcfg, params, prompt, exact = sampling_case()
     cfg = _cfg(tcfg, dcfg, "dominotree", max_new_tokens=3, temperature=1.0, node_topk=2,
                top_m=0, auto_sizes=(0, 1, 2, 6), auto_costs=CHEAP)
     run = fresh_jit_decode()
     out = run(params, jnp.tile(prompt, (runs, 1)), jnp.full((runs,), 3), jax.random.key(7),
               config=cfg)
-    assert first_tokens_chi_square_p(out.tokens, exact, V) > 1e-3
+    assert first_tokens_chi_square_p(out.tokens, exact, tcfg.vocab_size) > 1e-3
     assert int(np.asarray(out.accept_lengths).max()) > 1   # drafts were verified and accepted
     assert (np.asarray(out.draft_sizes)[:, 0] > 0).all()
 

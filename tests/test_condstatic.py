@@ -16,7 +16,7 @@ from dominotree_jax.decoding.config import METHODS
 from dominotree_jax.domino_head import DominoHeadWeights, domino_chain
 from dominotree_jax.tree import build_tree
 from dominotree_jax.tree.reference import build_tree_numpy
-from spec_fixtures import exact_joint, first_tokens_chi_square_p, scripted_drafter, tiny_pair
+from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
 from test_tree_builder import CONFIGS, FAMILIES, assert_same_tree, check_invariants, make_case
 
 jdecode = jax.jit(decode, static_argnames="config")
@@ -109,16 +109,14 @@ def test_greedy_is_token_identical_to_ar():
 
 
 def test_sampling_matches_the_target_distribution():
-    V, runs = 6, 20000
-    tcfg, dcfg, params = tiny_pair(vocab=V, block_size=4, seed=3)
-    prompt = np.array([1, 4, 2])
-    exact = exact_joint(tcfg, params["target"], prompt).reshape(-1)
+    runs = 20000
+    tcfg, dcfg, params, prompt, exact = sampling_case()
     cfg = _cfg(tcfg, dcfg, "condstatic", max_new_tokens=3, temperature=1.0, budget=6,
                node_topk=2, top_m=0)
     out = jdecode(params, jnp.tile(prompt, (runs, 1)), config=cfg, key=jax.random.key(7))
     toks = np.asarray(out.tokens)
     assert (toks >= 0).all()
-    p = first_tokens_chi_square_p(toks, exact, V)
+    p = first_tokens_chi_square_p(toks, exact, tcfg.vocab_size)
     assert p > 1e-3, p
     assert int(np.asarray(out.accept_lengths).max()) > 1   # drafts were accepted
 

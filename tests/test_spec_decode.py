@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dominotree_jax import DecodeConfig, decode
-from spec_fixtures import exact_joint, first_tokens_chi_square_p, scripted_drafter, tiny_pair
+from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
 
 METHODS = ("dflash", "domino", "ddtree", "dominotree")
 jdecode = jax.jit(decode, static_argnames="config")
@@ -60,16 +60,14 @@ def test_oracle_drafter_reaches_max_tau_and_wrong_drafter_gets_one(method, shift
 
 @pytest.mark.parametrize("method", ["ar", "dflash", "domino", "dominotree"])
 def test_sampling_matches_the_target_distribution(method):
-    V, runs = 6, 20000
-    tcfg, dcfg, params = tiny_pair(vocab=V, block_size=4, seed=3)
-    prompt = np.array([1, 4, 2])
-    exact = exact_joint(tcfg, params["target"], prompt).reshape(-1)
+    runs = 20000
+    tcfg, dcfg, params, prompt, exact = sampling_case()
     cfg = _cfg(tcfg, dcfg, method, max_new_tokens=3, temperature=1.0, budget=6, node_topk=2,
                top_m=0)
     out = jdecode(params, jnp.tile(prompt, (runs, 1)), config=cfg, key=jax.random.key(7))
     toks = np.asarray(out.tokens)
     assert (toks >= 0).all()
-    p = first_tokens_chi_square_p(toks, exact, V)
+    p = first_tokens_chi_square_p(toks, exact, tcfg.vocab_size)
     assert p > 1e-3, (method, p)
     if method != "ar":  # the drafter was actually used: some rounds accepted drafts
         assert int(np.asarray(out.accept_lengths).max()) > 1
