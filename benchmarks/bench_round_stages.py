@@ -12,7 +12,7 @@ of ``--repeats`` calls after warm-up. "fused" is the decode loop's own round as 
 function (``decoding.round.fixed_round`` + ``commit_rows``; its verify writes the rows in place).
 The AR step is the same round of the ``ar`` config: a one-row verify, argmax, commit.
 
-    JAX_PLATFORMS=cpu python benchmarks/bench_round_stages.py [--repeats 15] [--drafter DIR]
+    JAX_PLATFORMS=cpu python -m benchmarks.bench_round_stages [--repeats 15] [--drafter DIR]
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dominotree_jax.bench import prompts as prompt_sets
-from dominotree_jax.bench.models import load_models, usable_methods
-from dominotree_jax.bench.timing import interleaved_medians
+from dominotree_jax import eval_prompts as prompt_sets
+from dominotree_jax.default_pair import load_models, usable_methods
+from dominotree_jax.timing import interleaved_medians
 from dominotree_jax.decoding import draft as drafting
 from dominotree_jax.decoding.accept import accept_walk
 from dominotree_jax.decoding.commit import commit as commit_round, keep_rows

@@ -4,8 +4,6 @@ and, on the real SmolLM2, the bf16 T=0 near-tie property."""
 
 from __future__ import annotations
 
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,8 +19,7 @@ from dominotree_jax.model.target import bind_target, prefill
 from dominotree_jax.precision import (PrecisionError, check_pair, params_precision,
                                       precision_name, product)
 
-sys.path.insert(0, os.path.dirname(__file__))
-from spec_fixtures import first_tokens_chi_square_p, tiny_pair  # noqa: E402
+from spec_fixtures import first_tokens_chi_square_p, tiny_pair
 
 BF16, F32 = jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)
 METHODS = ("dflash", "domino", "ddtree", "dominotree")
