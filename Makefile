@@ -31,7 +31,8 @@ demo: $(STAMP)
 # Two files run at a time (an XLA compile uses one core; the machine has two), the longest first;
 # --output-sync prints each file's report whole.
 LONG_TESTS := tests/test_spec_decode.py tests/test_auto_budget.py tests/test_quickstart.py tests/test_rl_multidevice.py \
-	tests/test_gpu_suite.py tests/test_train.py tests/test_smollm2.py
+	tests/test_gpu_suite.py tests/test_precision.py tests/test_train.py tests/test_smollm2.py \
+	tests/test_tunix_logprobs.py
 TEST_FILES := $(LONG_TESTS) $(filter-out $(LONG_TESTS),$(sort $(wildcard tests/test_*.py)))
 TEST_JOBS ?= 2
 

@@ -21,9 +21,8 @@ import argparse
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from dominotree_jax import eval_prompts as prompt_sets
+from dominotree_jax.calibrate import context_tokens
 from dominotree_jax.default_pair import load_models, usable_methods
 from dominotree_jax.timing import interleaved_medians
 from dominotree_jax.decoding import draft as drafting
@@ -37,16 +36,6 @@ from dominotree_jax.model.drafter import bind_drafter
 from dominotree_jax.model.target import bind_target
 
 STAGES = ("draft", "build", "verify", "accept", "commit")
-
-
-def context_tokens(tokenizer_target, n: int) -> np.ndarray:
-    """``n`` real tokens: chat-formatted HumanEval prompts, concatenated."""
-    ids: list[int] = []
-    for text in prompt_sets.humaneval(8):
-        ids += tokenizer_target.chat_prompt(text)
-        if len(ids) >= n:
-            break
-    return np.asarray(ids[:n], np.int32)
 
 
 def prefilled_context(pair, C: int, S: int):
