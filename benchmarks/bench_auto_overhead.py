@@ -2,7 +2,7 @@
 prompts with ``ar``, with auto mode forced to plain steps (a cost table whose draft costs 100 AR
 steps: it can never pay, so the loop compiles to plain steps), and with auto mode as it comes.
 
-    python benchmarks/bench_auto_overhead.py [--batch 16] [--new-tokens 64] [--repeats 3]
+    python -m benchmarks.bench_auto_overhead [--batch 16] [--new-tokens 64] [--repeats 3]
 
 Prints the draft sizes auto mode chose for the first row and the median wall time of each
 program (compiled first; the three calls interleaved, ``--repeats`` times) with its ratio to
@@ -20,7 +20,7 @@ import numpy as np
 
 import dominotree_jax as dj
 from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path
-from dominotree_jax.bench import prompts
+from dominotree_jax import eval_prompts as prompts
 from dominotree_jax.decoding.costs import CostTable
 
 

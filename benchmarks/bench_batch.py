@@ -1,7 +1,7 @@
 """Batched speculative decoding on SmolLM2-135M: tokens/s per method and batch size.
 
 Each batch size ``b`` decodes the same prompts (MT-Bench first turns from
-``dominotree_jax.bench.prompts`` when available, else a fixed list of 16 chat prompts) as
+``dominotree_jax.eval_prompts`` when available, else a fixed list of 16 chat prompts) as
 ``len(prompts) / b`` right-padded batches of ``b`` rows. tokens/s = generated tokens (each row
 stops at its own end token or ``--new-tokens``) / wall time of the compiled calls (compile and a
 warm-up call excluded). Speedup is over batched ``ar`` at the same batch size. At temperature 0
@@ -10,7 +10,7 @@ every method must emit ``ar``'s tokens: mismatching rows are counted in the tabl
 The drafter is the shipped ``dominotree_jax/assets/smollm2-domino`` when present, else a
 random-init Domino drafter (acceptance ~1 token per round: it measures costs, not speedups).
 
-    python benchmarks/bench_batch.py [--batch-sizes 1 4 16] [--prompts 16] [--new-tokens 64]
+    python -m benchmarks.bench_batch [--batch-sizes 1 4 16] [--prompts 16] [--new-tokens 64]
         [--methods ar dominotree] [--budgets 16 auto]
 """
 
@@ -44,8 +44,8 @@ FALLBACK_PROMPTS = [
 
 def load_prompts(n: int) -> tuple[list[str], str]:
     try:
-        from dominotree_jax.bench import prompts
-        return prompts.mtbench(n), "mtbench (dominotree_jax.bench.prompts)"
+        from dominotree_jax import eval_prompts as prompts
+        return prompts.mtbench(n), "mtbench (dominotree_jax.eval_prompts)"
     except (ImportError, FileNotFoundError):
         return (FALLBACK_PROMPTS * (n // len(FALLBACK_PROMPTS) + 1))[:n], "fixed chat prompts"
 

@@ -8,7 +8,7 @@ the chat template, cut to exactly ``T`` tokens from the front. For every length 
 compiles once; timing is the compiled call up to ``block_until_ready`` (median of
 ``--repeats``), so it includes the (padded) prefill.
 
-    python benchmarks/bench_draft_window.py --lengths 256 1024 2048 4096 --windows 256 \
+    python -m benchmarks.bench_draft_window --lengths 256 1024 2048 4096 --windows 256 \
         --out benchmarks/results/draft_window.md
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 
 import dominotree_jax as dj
 from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path
-from dominotree_jax.bench.prompts import humaneval
+from dominotree_jax.eval_prompts import humaneval
 
 
 def long_prompt(pair, length: int, index: int) -> np.ndarray:
@@ -102,7 +102,7 @@ def main(argv=None):
         if args.out:
             with open(args.out, "w") as f:
                 f.write("# Drafter window: τ and speed against prompt length\n\n")
-                f.write(f"- command: `python benchmarks/bench_draft_window.py --lengths "
+                f.write(f"- command: `python -m benchmarks.bench_draft_window --lengths "
                         f"{' '.join(map(str, args.lengths))} --windows "
                         f"{' '.join(map(str, args.windows))} --method {args.method} --prompts "
                         f"{args.prompts} --new {args.new} --repeats {args.repeats} --out "

@@ -7,7 +7,7 @@ with the target's AR step, so the figures are ratios measured side by side. Use 
 whether an extra drafter layer is worth its acceptance: a round costs ``fused / AR`` steps and
 commits ``τ`` tokens.
 
-    JAX_PLATFORMS=cpu python benchmarks/bench_drafter_layers.py --drafter shipped \
+    JAX_PLATFORMS=cpu python -m benchmarks.bench_drafter_layers --drafter shipped \
         --drafter runs/d2/drafter [--repeats 21]
 """
 
@@ -20,9 +20,9 @@ import jax.numpy as jnp
 
 import dominotree_jax as dj
 from convert.drafter import load_drafter
-from bench_round_stages import Stages, ar_step, prefilled_context
+from benchmarks.bench_round_stages import Stages, ar_step, prefilled_context
 from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path
-from dominotree_jax.bench.timing import interleaved_medians
+from dominotree_jax.timing import interleaved_medians
 
 
 def main():

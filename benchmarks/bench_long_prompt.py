@@ -16,7 +16,7 @@ runs in a fresh subprocess so that its peak resident memory (``ru_maxrss``) is i
 
 2 threads each. "8k" is 8,000 tokens so that prompt + new tokens fit SmolLM2's 8,192 positions.
 
-    python benchmarks/bench_long_prompt.py [--lengths 512 1024 2048 4096 8000] [--runs 1]
+    python -m benchmarks.bench_long_prompt [--lengths 512 1024 2048 4096 8000] [--runs 1]
 """
 
 from __future__ import annotations

@@ -6,22 +6,18 @@ or bf16 x bf16 with float32 accumulation), median of ``--repeats`` interleaved c
 product of SmolLM2-135M (or ``--target``) at ``--rows``; then the sum over one whole forward
 (30 layers + head) and the faster dtype per row count. Prints a markdown table.
 
-    JAX_PLATFORMS=cpu python benchmarks/bench_precision.py [--rows 1,16,17,32,64] [--repeats 30]
+    JAX_PLATFORMS=cpu python -m benchmarks.bench_precision [--rows 1,16,17,32,64] [--repeats 30]
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+import jax
 
-import jax  # noqa: E402
-
-from dominotree_jax.bench import matmul  # noqa: E402
+from dominotree_jax import product_timing as matmul
 
 
 def cpu_model() -> str:

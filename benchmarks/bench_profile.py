@@ -20,8 +20,8 @@ It also compiles the batched AR decode loop and reports whether it copies the KV
 Times are process CPU time by default (``--clock cpu``: all threads' work, robust when other
 jobs share the cores; ``--clock wall`` for an idle machine).
 
-    python benchmarks/bench_profile.py [--repeats 20] [--cache-len 256] [--clock cpu|wall]
-    python benchmarks/bench_profile.py --copies-only   # cache copies: ar, budget 16, auto
+    python -m benchmarks.bench_profile [--repeats 20] [--cache-len 256] [--clock cpu|wall]
+    python -m benchmarks.bench_profile --copies-only   # cache copies: ar, budget 16, auto
 
 ``--steps-only``: just the three whole steps on a full cache of ``--cache-len`` slots (this
 mode only uses ``verify`` and ``KVCache.zeros``, so it also runs on older trees: the

@@ -12,7 +12,7 @@ of ``--repeats`` calls after warm-up. "fused" is the decode loop's own round as 
 function (``decoding.round.fixed_round`` + ``commit_rows``; its verify writes the rows in place).
 The AR step is the same round of the ``ar`` config: a one-row verify, argmax, commit.
 
-    JAX_PLATFORMS=cpu python benchmarks/bench_round_stages.py [--repeats 15] [--drafter DIR]
+    JAX_PLATFORMS=cpu python -m benchmarks.bench_round_stages [--repeats 15] [--drafter DIR]
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ import argparse
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from dominotree_jax.bench import prompts as prompt_sets
-from dominotree_jax.bench.models import load_models, usable_methods
-from dominotree_jax.bench.timing import interleaved_medians
+from dominotree_jax.calibrate import context_tokens
+from dominotree_jax.default_pair import load_models, usable_methods
+from dominotree_jax.timing import interleaved_medians
 from dominotree_jax.decoding import draft as drafting
 from dominotree_jax.decoding.accept import accept_walk
 from dominotree_jax.decoding.commit import commit as commit_round, keep_rows
@@ -37,16 +36,6 @@ from dominotree_jax.model.drafter import bind_drafter
 from dominotree_jax.model.target import bind_target
 
 STAGES = ("draft", "build", "verify", "accept", "commit")
-
-
-def context_tokens(tokenizer_target, n: int) -> np.ndarray:
-    """``n`` real tokens: chat-formatted HumanEval prompts, concatenated."""
-    ids: list[int] = []
-    for text in prompt_sets.humaneval(8):
-        ids += tokenizer_target.chat_prompt(text)
-        if len(ids) >= n:
-            break
-    return np.asarray(ids[:n], np.int32)
 
 
 def prefilled_context(pair, C: int, S: int):

@@ -3,7 +3,7 @@
 SmolLM2-135M drafter shapes: V=49152, H=576, K=16, G=256, E=128; N=16, k=8, M=64, P=1.
 Random weights (the timing does not depend on their values). Prints a table of median times.
 
-    JAX_PLATFORMS=cpu python benchmarks/bench_tree_build.py [--repeats 20] [--batch 8]
+    JAX_PLATFORMS=cpu python -m benchmarks.bench_tree_build [--repeats 20] [--batch 8]
 """
 
 from __future__ import annotations

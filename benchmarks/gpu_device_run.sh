@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The prepared one-shot GPU run (benchmarks/README.md): fits one 10-minute call on a lent H200
-# with the image's own python3 / jax (no wheels to carry) and writes 6 files under $OUT:
+# The prepared one-shot GPU run (benchmarks/README.md), run from the repository root: fits one
+# 10-minute call on a lent H200 with the image's own python3 / jax (no wheels to carry) and
+# writes 6 files under $OUT:
 #   nvidia_smi.txt  versions.txt  gpu_suite.md  gpu_suite.json  suite_stdout.txt  suite_stderr.txt
 # The suite runs the Qwen3-4B + Domino pair first, stops compiling at --deadline minus
 # --reserve, and rewrites gpu_suite.md/.json after every method, so even a kill keeps what it had.
@@ -20,7 +21,7 @@ nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
   "$PY" -c "import jax; d = jax.devices()[0]; print(jax.devices(), d.device_kind, getattr(d, 'compute_capability', None))"
   echo "XLA_FLAGS=${XLA_FLAGS:-}"
 } > "$OUT/versions.txt" 2>&1
-timeout $((SUITE_SECONDS + 50)) "$PY" benchmarks/gpu_suite.py \
+timeout $((SUITE_SECONDS + 50)) "$PY" -m benchmarks.gpu_suite \
   --deadline "$SUITE_SECONDS" --reserve 60 --compile-cache /tmp/jax_cache \
   --pairs qwen3-4b-domino,qwen3-8b-domino --kernel-variants 4x1,8x1,4x2 \
   --out "$OUT/gpu_suite.md" > "$OUT/suite_stdout.txt" 2> "$OUT/suite_stderr.txt"

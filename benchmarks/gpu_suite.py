@@ -2,15 +2,15 @@
 
 One-shot: built to get every number it can out of a single ~10-minute call on a lent GPU.
 
-    python benchmarks/gpu_suite.py --deadline 500     # on a GPU: real sizes, bf16, random weights
-    python benchmarks/gpu_suite.py --tiny              # anywhere (CPU: Pallas in interpret mode)
+    python -m benchmarks.gpu_suite --deadline 500     # on a GPU: real sizes, bf16, random weights
+    python -m benchmarks.gpu_suite --tiny              # anywhere (CPU: Pallas in interpret mode)
 
 The prepared command for one 10-minute call on a lent H200 is ``bash
 benchmarks/gpu_device_run.sh`` (``benchmarks/README.md``): the image's own python3 and jax, no
 wheels to carry, 6 files under ``$OUT`` (nvidia-smi, versions, this report's .md and .json, the
 suite's stdout and stderr), the Qwen3-4B + Domino pair first. Its suite call is:
 
-    python3 benchmarks/gpu_suite.py --deadline 500 --reserve 60 --compile-cache /tmp/jax_cache \\
+    python3 -m benchmarks.gpu_suite --deadline 500 --reserve 60 --compile-cache /tmp/jax_cache \\
         --pairs qwen3-4b-domino,qwen3-8b-domino --kernel-variants 4x1,8x1,4x2 \\
         --out $OUT/gpu_suite.md
 
@@ -81,29 +81,27 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from dominotree_jax.bench.timing import interleaved_medians  # noqa: E402
-from dominotree_jax.config import DrafterConfig, TargetConfig, check_pair  # noqa: E402
-from dominotree_jax.decoding.accept import accept_walk  # noqa: E402
-from dominotree_jax.decoding.commit import commit, keep_rows  # noqa: E402
-from dominotree_jax.decoding.config import CHAIN_METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
-from dominotree_jax.decoding.draft import (  # noqa: E402
+from dominotree_jax.timing import interleaved_medians
+from dominotree_jax.config import DrafterConfig, TargetConfig, check_pair
+from dominotree_jax.decoding.accept import accept_walk
+from dominotree_jax.decoding.commit import commit, keep_rows
+from dominotree_jax.decoding.config import CHAIN_METHODS, TREE_METHODS, DecodeConfig
+from dominotree_jax.decoding.draft import (
     bind_drafter_for, chain_draft, tap_layers_for, tree_draft,
 )
-from dominotree_jax.decoding.round import RoundInput, commit_rows, fixed_round  # noqa: E402
-from dominotree_jax.decoding.verify import verify_rows  # noqa: E402
-from dominotree_jax.domino_head import expand_split_jnp, split_projection  # noqa: E402
-from dominotree_jax.model.cache import KVCache  # noqa: E402
-from dominotree_jax.model.drafter import DrafterContext, drafter_graphdef  # noqa: E402
-from dominotree_jax.model.target import bind_target, target_graphdef  # noqa: E402
-from dominotree_jax.sampling import sample_tokens  # noqa: E402
-from dominotree_jax.tree import build_tree  # noqa: E402
-from pallas_kernels.topm_expand import (  # noqa: E402
+from dominotree_jax.decoding.round import RoundInput, commit_rows, fixed_round
+from dominotree_jax.decoding.verify import verify_rows
+from dominotree_jax.domino_head import expand_split_jnp, split_projection
+from dominotree_jax.model.cache import KVCache
+from dominotree_jax.model.drafter import DrafterContext, drafter_graphdef
+from dominotree_jax.model.target import bind_target, target_graphdef
+from dominotree_jax.sampling import sample_tokens
+from dominotree_jax.tree import build_tree
+from pallas_kernels.topm_expand import (
     default_device_compiles_kernel, device_platform, expand_padded_pallas, pad_operands,
 )
 
@@ -1104,7 +1102,7 @@ def main(argv=None) -> int:
                            .isoformat(timespec="seconds"), reserve_s=deadline.reserve))
     env["peak_bandwidth"] = (args.peak_gbps * 1e9 if args.peak_gbps
                              else peak_bandwidth(env["device_kind"]))
-    report = dict(command="python benchmarks/gpu_suite.py " + " ".join(
+    report = dict(command="python -m benchmarks.gpu_suite " + " ".join(
         sys.argv[1:] if argv is None else argv), environment=env, kernel={}, pairs={})
     log(device_line(env))
     previous = out.with_suffix(".json")

@@ -19,11 +19,12 @@ from convert.files import checkpoint_names, read_checkpoint_tensors, read_config
 from convert.gguf import gguf_target_config, read_gguf
 from convert.hf import hf_target_config
 from convert.orbax_io import is_orbax_dir, read_saved_kind, saved_config
-from convert.params import check_shapes, flat_names
+from convert.params import check_shapes
 from dominotree_jax.config import (PROJECTOR_ALIASES, DrafterConfig, TargetConfig, check_pair,
                                    default_tap_layers)
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.drafter import DrafterContext, drafter_graphdef
+from dominotree_jax.model.state import flat_names
 from dominotree_jax.model.target import target_graphdef
 
 GiB = 1024 ** 3

@@ -8,7 +8,7 @@ import numpy as np
 from convert.errors import CheckpointError
 from dominotree_jax.model.state import flat_names, state_from_flat
 
-__all__ = ["check_shapes", "fill_state", "flat_names"]
+__all__ = ["check_shapes", "fill_state"]
 
 
 def check_shapes(expected: dict[str, tuple], found: dict[str, tuple], source: str) -> None:

@@ -5,7 +5,7 @@
         [--precision auto|float32|bfloat16]
 
 Precision first (docs/precision.md): with ``--precision auto`` (the default) the target's own
-matrix products are timed in float32 and in bf16 (``bench/matmul.py``) at one row (an AR step)
+matrix products are timed in float32 and in bf16 (``product_timing.py``) at one row (an AR step)
 and at the largest ``--rows`` (a verify); the precision whose step + verify products take less
 time is chosen (on a CPU without bf16 matrix units that is float32), printed, and the round costs
 below are measured with the pair in it. The table is stored per precision.
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dominotree_jax.bench.timing import interleaved_medians
+from dominotree_jax.timing import interleaved_medians
 
 
 def _csv_ints(s: str) -> tuple[int, ...]:
@@ -44,7 +44,7 @@ def _csv_ints(s: str) -> tuple[int, ...]:
 def context_tokens(target, n: int) -> np.ndarray:
     """``n`` real tokens: chat-formatted HumanEval prompts, concatenated (cycled if short);
     seeded random ids for a target without a tokenizer (tests)."""
-    from dominotree_jax.bench import prompts as prompt_sets
+    from dominotree_jax import eval_prompts as prompt_sets
     if getattr(target, "tokenizer", None) is None:
         return np.random.default_rng(0).integers(1, target.config.vocab_size, n).astype(np.int32)
     ids: list[int] = []
@@ -190,7 +190,7 @@ def choose_precision(product_ms: dict[str, dict[int, float]], rows: tuple[int, .
 
 def measure_precisions(target_cfg, rows: tuple[int, ...], repeats: int) -> dict:
     """``{precision: {rows: ms}}``: one target forward's matrix products, float32 vs bf16."""
-    from dominotree_jax.bench import matmul
+    from dominotree_jax import product_timing as matmul
     counts = (1, max(rows))
     table = matmul.time_products(matmul.product_shapes(target_cfg), rows=counts,
                                  repeats=max(5, repeats))
@@ -232,7 +232,7 @@ def main(argv=None):
     if min(args.batches, default=0) < 1 or args.repeats < 1 or args.rounds < 1:
         ap.error("--batches, --repeats and --rounds must be positive")
 
-    from dominotree_jax.bench.models import load_models, usable_methods
+    from dominotree_jax.default_pair import load_models, usable_methods
     from dominotree_jax.decoding import costs
 
     pair, target_name, drafter_name = load_models(args.target, args.drafter)

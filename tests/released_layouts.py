@@ -15,10 +15,10 @@ import os
 
 import numpy as np
 
-from convert.params import flat_names
 from convert.safetensors_io import write_safetensors
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import drafter_graphdef
+from dominotree_jax.model.state import flat_names
 from dominotree_jax.model.target import target_graphdef
 
 SIZES = {

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import dominotree_jax as dj
-from dominotree_jax.bench import prompts as prompt_sets
-from dominotree_jax.bench.report import markdown, summarize
-from dominotree_jax.bench.run import (BenchSettings, bucket_width, check_identity, pad_prompt,
+from dominotree_jax import eval_prompts as prompt_sets
+from benchmarks.methods_report import markdown, summarize
+from benchmarks.methods_run import (BenchSettings, bucket_width, check_identity, pad_prompt,
                                       run_and_report)
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import init_drafter_params
@@ -95,3 +95,12 @@ def test_prompt_loaders_are_deterministic():
         assert prompt_sets.load(name, 3, seed=5) == prompt_sets.load(name, 3, seed=5)
     assert prompt_sets.load("humaneval", 1)[0].startswith("Complete the following Python")
     assert len(prompt_sets.load("math500")) > 300
+
+
+def test_wider_sets_hold_the_prompt_sets():
+    """The overlap filter's sets: every MT-Bench turn (two per question, the first turns in
+    order among them) and every mmath question (MATH500's among them, and others)."""
+    first, turns = prompt_sets.mtbench(), prompt_sets.mtbench_turns()
+    assert len(turns) == 2 * len(first) and turns[0::2] == first and turns[1::2] != first
+    everything = prompt_sets.mmath()
+    assert set(prompt_sets.math500()) < set(everything)

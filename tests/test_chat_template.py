@@ -13,15 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 
 import pytest
 
 import dominotree_jax as dj
 
-sys.path.insert(0, os.path.dirname(__file__))
-import released_layouts as rl  # noqa: E402
+import released_layouts as rl
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "qwen3_tokenizer")
 IM_START, IM_END, THINK, END_THINK = 151644, 151645, 151667, 151668

@@ -14,8 +14,7 @@ import pytest
 import dominotree_jax as dj
 from convert.errors import CheckpointError
 
-sys.path.insert(0, os.path.dirname(__file__))
-import released_layouts as rl  # noqa: E402
+import released_layouts as rl
 
 V, H, I, L, HEADS, KV = 64, 32, 48, 2, 4, 2
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dominotree_jax as dj
-from dominotree_jax.bench import prompts as bench_prompts
+from dominotree_jax import eval_prompts
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.target import init_target_params
 from dominotree_jax.train import self_prompts
@@ -106,8 +106,8 @@ def test_plan_batches_groups_by_width():
 def test_overlap_rejects_benchmark_prompts():
     f = BenchmarkFilter()
     assert set(f.sets) >= {"humaneval", "mtbench", "math500"}
-    for text in (bench_prompts.mtbench(1)[0], bench_prompts.math500(1, seed=3)[0],
-                 bench_prompts.humaneval(1, seed=5)[0]):
+    for text in (eval_prompts.mtbench(1)[0], eval_prompts.math500(1, seed=3)[0],
+                 eval_prompts.humaneval(1, seed=5)[0]):
         assert not f.ok(text)
         # Embedded in a longer request, lightly reformatted, it is still caught.
         assert not f.ok("Please help me with this.\n\n" + text.upper().replace("\n", " "))

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -18,9 +16,8 @@ from dominotree_jax.config import ConfigError, DrafterConfig
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter
 from dominotree_jax.model.target import bind_target
 
-sys.path.insert(0, os.path.dirname(__file__))
-from decode_helpers import FAST_XLA  # noqa: E402
-from spec_fixtures import tiny_pair  # noqa: E402
+from decode_helpers import FAST_XLA
+from spec_fixtures import tiny_pair
 
 FULL = 40  # context slots of the full-length reference
 PIECES = (9, 3, 5, 1, 4)  # committed rows per extend (like a prefill and four rounds)

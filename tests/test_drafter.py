@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,9 +14,9 @@ import pytest
 
 from convert.drafter import load_drafter, save_drafter
 from convert.errors import CheckpointError
-from convert.params import fill_state, flat_names
-from dominotree_jax.model.state import state_to_flat
+from convert.params import fill_state
 from convert.safetensors_io import read_safetensors, write_safetensors
+from dominotree_jax.model.state import flat_names, state_to_flat
 from dominotree_jax.config import (ConfigError, DrafterConfig, TargetConfig, check_pair,
                                    default_tap_layers)
 from dominotree_jax.domino_head import dflash_chain, domino_chain
@@ -26,8 +24,7 @@ from dominotree_jax.model.drafter import (DrafterContext, bind_drafter, drafter_
                                           init_drafter_params)
 from dominotree_jax.model.target import bind_target, target_graphdef
 
-sys.path.insert(0, os.path.dirname(__file__))
-import drafter_reference as ref  # noqa: E402  (a sibling module, not a package)
+import drafter_reference as ref  # a sibling module (tests/ is on pytest's pythonpath)
 
 TCFG = TargetConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, qk_norm=True,

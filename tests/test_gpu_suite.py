@@ -5,7 +5,7 @@ real-size round lowered for ``cuda`` from this host (no conditional, the Triton 
 from __future__ import annotations
 
 import datetime
-import importlib.util
+import importlib
 import json
 import math
 import re
@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_suite.py"
+DEVICE_RUN = SCRIPT.parent / "gpu_device_run.sh"
 TABLE_ROWS = ("AR step (timed beside the round)", "round (one jitted function)", "draft",
               "build", "verify", "accept/commit", "**round / AR step (ours)**",
               "paper round / AR step (tau / speedup)", "published tau", "published speedup",
@@ -29,11 +30,7 @@ FAST = ["--tiny", "--skip-kernel", "--repeats", "1", "--inner", "1", "--context"
 
 @pytest.fixture(scope="module")
 def suite():
-    spec = importlib.util.spec_from_file_location("gpu_suite", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_suite"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.gpu_suite")
 
 
 def _table_after(text: str, title: str) -> dict[str, list[str]]:
@@ -193,7 +190,7 @@ def test_merge_keeps_the_other_methods(suite, tmp_path, capsys):
     report = _report(out)
     methods = report["pairs"]["qwen3-4b-domino"]["methods"]
     assert methods["dflash"]["round"] == first and methods["ddtree"]["round"]["round_ms"] > 0
-    assert report["command"].count("gpu_suite.py") == 2
+    assert report["command"].count("python -m benchmarks.gpu_suite") == 2
     rows = _table_after(out.read_text(), "## tiny")
     assert rows["round (one jitted function)"][0] != "–" != rows["round (one jitted function)"][1]
     # a merge of a deadline-skipped rerun keeps the measured method
@@ -460,12 +457,13 @@ def test_one_compiled_program_per_round_shape(suite):
     assert suite.round_stage._cache_size() == before
 
 
-def test_runs_as_a_script(tmp_path):
+def test_runs_as_a_module_from_the_repository_root(tmp_path):
+    """As gpu_device_run.sh runs it: ``python -m benchmarks.gpu_suite`` in the repository root."""
     import subprocess
     out = tmp_path / "r.md"
-    proc = subprocess.run([sys.executable, str(SCRIPT)] + FAST + [
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_suite"] + FAST + [
         "--pairs", "qwen3-4b-domino", "--methods", "dflash", "--stages", "round",
-        "--out", str(out)], capture_output=True, text=True, timeout=600)
+        "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.rstrip().endswith("OVERALL: PASS")
     assert _report(out)["pairs"]["qwen3-4b-domino"]["methods"]["dflash"]["round"]["round_ms"] > 0
@@ -475,9 +473,9 @@ def test_prepared_device_command(suite, tmp_path, capsys):
     """The suite call in benchmarks/gpu_device_run.sh parses, runs the 4B Domino pair first,
     and with the script's other files stays within the 8 files a device call returns."""
     import shlex
-    text = (SCRIPT.parent / "gpu_device_run.sh").read_text()
-    call = text[text.index("benchmarks/gpu_suite.py"):].split(">")[0]
-    argv = shlex.split(call.replace("\\\n", " "))[1:]
+    text = DEVICE_RUN.read_text()
+    call = text[text.index('"$PY" -m benchmarks.gpu_suite'):].split(">")[0]
+    argv = shlex.split(call.replace("\\\n", " "))[3:]  # past "$PY" -m benchmarks.gpu_suite
     argv = [a.replace('"$SUITE_SECONDS"', "500").replace("$SUITE_SECONDS", "500")
             .replace("$OUT", str(tmp_path)) for a in argv]
     assert argv[argv.index("--pairs") + 1].split(",")[0] == "qwen3-4b-domino"

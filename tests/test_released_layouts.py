@@ -3,8 +3,6 @@ unsupported ones are refused by name; the real 4B/8B shapes are checked without 
 
 from __future__ import annotations
 
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,9 +14,8 @@ from convert.__main__ import main as convert_main
 from convert.inspect_checkpoint import decode_memory
 from dominotree_jax.config import ConfigError, DrafterConfig, TargetConfig
 
-sys.path.insert(0, os.path.dirname(__file__))
-import released_layouts as rl  # noqa: E402
-from decode_helpers import fresh_jit_decode  # noqa: E402
+import released_layouts as rl
+from decode_helpers import fresh_jit_decode
 
 TINY = rl.SIZES["tiny"]
 

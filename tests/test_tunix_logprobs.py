@@ -40,6 +40,19 @@ def pair():
     return tiny_pair()
 
 
+@pytest.fixture(scope="module")
+def engines(pair):
+    """``engines(reading, config name)``: one engine per pair of them, shared by the tests (an
+    engine compiles its programs once; a new engine compiles them again)."""
+    made = {}
+
+    def get(reading, name):
+        if (reading, name) not in made:
+            made[reading, name] = engine(pair, reading, rollout_config(**CONFIGS[name]))
+        return made[reading, name]
+    return get
+
+
 def rollout_config(**kw):
     base = dict(max_tokens_to_generate=NEW, max_prompt_length=8, eos_tokens=None,
                 return_logprobs=True, seed=3)
@@ -78,9 +91,9 @@ def trainer_logps(model, prompt, completion, temperature):
 
 @pytest.mark.parametrize("prompt_pads", ["keep", "drop"])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_engine_logprobs_equal_tunix_trainer(pair, prompt_pads, name):
+def test_engine_logprobs_equal_tunix_trainer(pair, engines, prompt_pads, name):
     rc = rollout_config(**CONFIGS[name])
-    eng = engine(pair, prompt_pads, rc)
+    eng = engines(prompt_pads, name)
     assert eng.prompt_pads == prompt_pads
     out = eng.generate(PROMPTS, rc)
     prompt, completion = trainer_inputs(out)
@@ -102,12 +115,12 @@ def test_engine_logprobs_equal_tunix_trainer(pair, prompt_pads, name):
         assert np.exp(np.concatenate(out.logprobs)).max() < 1.0
 
 
-def test_drop_conditions_on_the_prompt_without_pads(pair):
+def test_drop_conditions_on_the_prompt_without_pads(engines):
     rc = rollout_config(**CONFIGS["greedy"])
-    dropped = engine(pair, "drop", rc).generate(PROMPTS, rc)
-    stripped = engine(pair, "drop", rc).generate(
+    dropped = engines("drop", "greedy").generate(PROMPTS, rc)
+    stripped = engines("drop", "greedy").generate(
         [" ".join(t for t in p.split() if t != "0") for p in PROMPTS], rc)
-    kept = engine(pair, "keep", rc).generate(PROMPTS, rc)
+    kept = engines("keep", "greedy").generate(PROMPTS, rc)
     for a, b in zip(dropped.tokens, stripped.tokens):
         np.testing.assert_array_equal(a, b)
     assert any(not np.array_equal(a, b) for a, b in zip(dropped.tokens, kept.tokens))
@@ -115,9 +128,9 @@ def test_drop_conditions_on_the_prompt_without_pads(pair):
     np.testing.assert_array_equal(trainer_inputs(dropped)[0], trainer_inputs(kept)[0])
 
 
-def test_logp_temperature_is_the_rollout_configs(pair):
+def test_logp_temperature_is_the_rollout_configs(pair, engines):
     rc = rollout_config(**CONFIGS["T0.7-p0.9-k20"])
-    eng = engine(pair, "keep", rc)
+    eng = engines("keep", "T0.7-p0.9-k20")
     out = eng.generate(PROMPTS, rc)
     prompt, completion = trainer_inputs(out)
     at_rollout = np.asarray(eng.get_per_token_logps(prompt, completion))
@@ -165,7 +178,7 @@ def test_real_smollm2_pair_multiturn_chat(smollm2_path):
                        top_p=0.9, top_k=20, seed=1, return_logprobs=True)
     eng = DominoTreeRollout(rollout_actor=model, tokenizer=tok, rollout_config=rc,
                             drafter_config=p.drafter_config, drafter_params=p.drafter_params,
-                            budget=8, node_topk=4)
+                            budget=8, node_topk=4, compiler_options=FAST_XLA)
     assert eng.prompt_pads == "keep"
     out = eng.generate(texts, rc)
     prompt = np.asarray(out.left_padded_prompt_tokens)

@@ -1,11 +1,11 @@
 """Train a Domino drafter for the default target from the data kept in the repository.
 
-    python -m dominotree_jax.train --stage data  --data data/smollm2 --seed 1 --minutes 60
     python -m dominotree_jax.train --stage train --data data/smollm2 --out runs/d1 --steps 2000
     python -m dominotree_jax.train --stage export --out runs/d1 --export-dir DIR
 
-Stages: ``data`` grows the data directory (``collect``: prompts → the target's answers, as
-token-id shards + ``manifest.json``); ``features`` computes the target's teacher-forced
+The data directory is grown by the one data-collection entry point,
+``python -m dominotree_jax.train.collect`` (prompts → the target's answers, as token-id shards +
+``manifest.json``; resumable). Stages: ``features`` computes the target's teacher-forced
 features of the shards once (``--features``, shared by runs); ``train`` does too if needed,
 then trains, resuming from ``<out>/ckpt`` when there is a checkpoint; ``export`` writes the
 released-format drafter and evaluates it on the held-out prompts. ``all`` = train + export.
@@ -32,23 +32,20 @@ RUN_DEFAULTS = {"layer_init": "random", "anchor_mode": "sample", "until_fail": F
                 "lam_end": 0.0}
 
 
+STAGES = ("features", "train", "export", "all")
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--stage", choices=("data", "features", "train", "export", "all"),
-                   default="all")
+    p.add_argument("--stage", choices=STAGES, default="all",
+                   help="(data is collected by python -m dominotree_jax.train.collect)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default="data/smollm2", help="data directory (manifest + shards)")
     p.add_argument("--out", default="runs/smollm2-domino", help="training run directory")
     p.add_argument("--features", default="runs/features",
                    help="cache of the target's teacher-forced features (shared by runs)")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2 GGUF)")
-    # data stage (see collect.py)
-    p.add_argument("--minutes", type=float, default=None)
-    p.add_argument("--until", default=None, help="UTC HH:MM")
-    p.add_argument("--gen-batch", type=int, default=48)
-    p.add_argument("--max-new", type=int, default=160)
-    p.add_argument("--gen-batches", type=int, default=None)
     # drafter
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--intermediate", type=int, default=1536)
@@ -224,13 +221,6 @@ def _deadline_ts(spec):
     return deadline_from(None, spec)
 
 
-def stage_data(args, target):
-    from dominotree_jax.train.collect import collect, deadline_from
-    return collect(target, args.data, seed=args.seed, num_prompts=12000, batch=args.gen_batch,
-                   max_new=args.max_new, deadline=deadline_from(args.minutes, args.until),
-                   max_batches=args.gen_batches, request_every=3, request_share=0.5)
-
-
 def stage_train(args, target):
     from dominotree_jax.train.trainer import evaluate
     trainer, held_ids = _trainer(args, target)
@@ -268,9 +258,6 @@ def stage_export(args, target):
 def main(argv=None):
     args = parse_args(argv)
     target = _load_target(args)
-    if args.stage == "data":
-        stage_data(args, target)
-        return 0
     os.makedirs(args.out, exist_ok=True)
     if args.stage == "features":
         run = run_settings(args)

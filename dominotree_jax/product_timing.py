@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dominotree_jax.bench.timing import interleaved_medians
+from dominotree_jax.timing import interleaved_medians
 from dominotree_jax.precision import product
 
 DTYPES = ("float32", "bfloat16")

@@ -278,7 +278,7 @@ def run_and_report(pair, prompts: dict[str, list[list[int]]], settings: BenchSet
     """``run_benchmark`` + summary + machine info; writes the outputs when ``out_dir`` is set."""
     import os
 
-    from dominotree_jax.bench import report
+    from benchmarks import methods_report as report
 
     machine = machine_info()
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The models a benchmark runs: SmolLM2-135M-Instruct and a drafter for it.
+"""The default pair the benchmarks and the calibration run: SmolLM2-135M-Instruct and a drafter.
 
 The drafter is the shipped ``dominotree_jax/assets/smollm2-domino`` when present, a checkpoint
 directory when given, or a random-init Domino drafter with SmolLM2 shapes (τ ≈ 1: it exercises
@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
-DEFAULT_DRAFTER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                               "assets", "smollm2-domino")
+DEFAULT_DRAFTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets",
+                               "smollm2-domino")
 RANDOM = "random"
 
 
@@ -76,7 +76,7 @@ def usable_methods(methods, drafter_cfg) -> tuple[str, ...]:
 def _portable(path: str) -> str:
     """A path as it reads on any machine: relative to the repository or to site-packages."""
     path = os.path.abspath(path)
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if path.startswith(repo + os.sep):
         return os.path.relpath(path, repo)
     marker = os.sep + "site-packages" + os.sep

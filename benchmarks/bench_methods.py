@@ -1,6 +1,6 @@
 """Benchmark the decoding methods on HumanEval, MT-Bench and MATH500 prompts (batch 1).
 
-    python -m dominotree_jax.bench [--datasets humaneval,mtbench,math500]
+    python -m benchmarks.bench_methods [--datasets humaneval,mtbench,math500]
         [--methods ar,dflash,domino,ddtree,condstatic,dominotree] [--temperatures 0,0.5,1]
         [--num-prompts 3] [--max-new-tokens 80] [--budget 16 --node-topk 8 --top-m 0]
         [--no-auto | --auto-only]
@@ -24,7 +24,7 @@ import shlex
 import sys
 import time
 
-from dominotree_jax.bench.models import DEFAULT_DRAFTER, load_models, usable_methods
+from dominotree_jax.default_pair import DEFAULT_DRAFTER, load_models, usable_methods
 
 
 def _csv(kind):
@@ -32,11 +32,11 @@ def _csv(kind):
 
 
 def parse_args(argv=None):
-    from dominotree_jax.bench.prompts import LOADERS
-    from dominotree_jax.bench.run import DEFAULT_BUCKETS, BenchSettings
+    from dominotree_jax.eval_prompts import LOADERS
+    from benchmarks.methods_run import DEFAULT_BUCKETS, BenchSettings
 
     d = BenchSettings()
-    ap = argparse.ArgumentParser(prog="python -m dominotree_jax.bench", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_methods", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", type=_csv(str), default=tuple(LOADERS))
     ap.add_argument("--methods", type=_csv(str), default=d.methods,
@@ -70,10 +70,10 @@ def main(argv=None):
     args = parse_args(argv)
     import jax
 
-    from dominotree_jax.bench import prompts as prompt_sets
-    from dominotree_jax.bench.run import BenchSettings, run_and_report
+    from dominotree_jax import eval_prompts as prompt_sets
+    from benchmarks.methods_run import BenchSettings, run_and_report
 
-    command = " ".join(shlex.quote(a) for a in ["python", "-m", "dominotree_jax.bench"]
+    command = " ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.bench_methods"]
                        + list(sys.argv[1:] if argv is None else argv))
     t0 = time.perf_counter()
     pair, target_name, drafter_name = load_models(args.target, args.drafter)
@@ -93,7 +93,7 @@ def main(argv=None):
         pair, token_prompts, settings, args.out, target_name=target_name,
         drafter_name=drafter_name, command=command, progress=not args.no_progress,
         extra_settings={"sample_seed": args.sample_seed})
-    from dominotree_jax.bench.report import markdown
+    from benchmarks.methods_report import markdown
     print(markdown(result))
     print(f"wrote {', '.join(result['outputs'].values())}  (total {result['total_s']:.0f} s)",
           file=sys.stderr)

