@@ -25,16 +25,19 @@ RUN_FIELDS = ("data", "shards", "layers", "intermediate", "taps", "block_size", 
               "mask_token_id", "steps", "batch", "anchors", "seq_len", "lr", "warmup", "gamma",
               "soft", "curriculum", "train_vocab", "heldout_pct", "warm_start", "grow_layers",
               "seed", "layer_init", "anchor_mode", "until_fail", "until_fail_floor", "soft_topk",
-              "lam_hold", "lam_ramp", "lam_end")
+              "lam_hold", "lam_ramp", "lam_end", "dtype")
 # Settings added after v3: a run.json written before them gets these values (the old recipe).
 RUN_DEFAULTS = {"layer_init": "random", "anchor_mode": "sample", "until_fail": False,
                 "until_fail_floor": 0.0, "soft_topk": 0.0, "lam_hold": 0.0, "lam_ramp": 0.5,
-                "lam_end": 0.0}
+                "lam_end": 0.0, "dtype": "float32"}
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="precision of generation (data stage) and of the training forward "
+                        "(float32 master weights); docs/precision.md")
     p.add_argument("--stage", choices=("data", "features", "train", "export", "all"),
                    default="all")
     p.add_argument("--seed", type=int, default=0)
@@ -225,7 +228,12 @@ def _deadline_ts(spec):
 
 
 def stage_data(args, target):
+    import dataclasses
+
+    from dominotree_jax.precision import cast_params
     from dominotree_jax.train.collect import collect, deadline_from
+    if args.dtype != "float32":   # generation in the policy's precision
+        target = dataclasses.replace(target, params=cast_params(target.params, args.dtype))
     return collect(target, args.data, seed=args.seed, num_prompts=12000, batch=args.gen_batch,
                    max_new=args.max_new, deadline=deadline_from(args.minutes, args.until),
                    max_batches=args.gen_batches, request_every=3, request_share=0.5)
