@@ -17,6 +17,10 @@ runs in a fresh subprocess so that its peak resident memory (``ru_maxrss``) is i
 2 threads each. "8k" is 8,000 tokens so that prompt + new tokens fit SmolLM2's 8,192 positions.
 
     python -m benchmarks.bench_long_prompt [--lengths 512 1024 2048 4096 8000] [--runs 1]
+        [--dtype float32|bfloat16] [--hf-dtype float32|bfloat16] [--prefill-only]
+
+``--dtype``: our precision (docs/precision.md); ``--hf-dtype``: transformers' torch dtype;
+``--prefill-only``: only the prefill columns (no decode or speculative runs).
 """
 
 from __future__ import annotations
@@ -77,16 +81,17 @@ def _median_times(fns, runs: int) -> list[float]:
     return [statistics.median(ts) for ts in times]
 
 
-def worker_ours(n: int, runs: int, decode_tokens: int, spec_tokens: int) -> dict:
+def worker_ours(n: int, runs: int, decode_tokens: int, spec_tokens: int,
+                dtype: str = "float32", prefill_only: bool = False) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     import dominotree_jax as dj
     from dominotree_jax.model.target import bind_target, prefill
-    from benchmarks.bench_batch import load_pair
+    from dominotree_jax.default_pair import load_models
 
-    pair, _ = load_pair()
+    pair, _, _ = load_models(None, None, dtype)
     target = pair.target
     ids = np.asarray([prompt_ids(target, n)], np.int32)
     lengths = np.asarray([ids.shape[1]], np.int32)
@@ -105,6 +110,9 @@ def worker_ours(n: int, runs: int, decode_tokens: int, spec_tokens: int) -> dict
     prefill_s = _median_time(lambda: jax.block_until_ready(pre(target.params, ids, lengths)),
                              runs)
 
+    if prefill_only:
+        return dict(engine="ours", dtype=dtype, tokens=int(ids.shape[1]), prefill_s=prefill_s,
+                    compile_prefill_s=compile_s, peak_mb=_rss_mb(), model_mb=base_mb)
     fn = jax.jit(dj.decode, static_argnames="config")
     params = {"target": target.params, "drafter": None}
 
@@ -140,7 +148,8 @@ def worker_ours(n: int, runs: int, decode_tokens: int, spec_tokens: int) -> dict
     return res
 
 
-def worker_transformers(n: int, runs: int, decode_tokens: int) -> dict:
+def worker_transformers(n: int, runs: int, decode_tokens: int, dtype: str = "float32",
+                        prefill_only: bool = False) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -153,7 +162,7 @@ def worker_transformers(n: int, runs: int, decode_tokens: int) -> dict:
     ids = torch.tensor([prompt_ids(target, n)])
     model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path),
                                                  gguf_file=os.path.basename(path),
-                                                 dtype=torch.float32).eval()
+                                                 dtype=getattr(torch, dtype)).eval()
     model.generation_config.eos_token_id = None
     base_mb = _rss_mb()
 
@@ -165,6 +174,9 @@ def worker_transformers(n: int, runs: int, decode_tokens: int) -> dict:
 
     gen(1)  # warm-up
     prefill_s = _median_time(lambda: gen(1), runs)
+    if prefill_only:
+        return dict(engine="transformers", dtype=dtype, tokens=int(ids.shape[1]),
+                    prefill_s=prefill_s, peak_mb=_rss_mb(), model_mb=base_mb)
     short_s, long_s = _median_times([lambda: gen(1 + WARM_TOKENS),
                                      lambda: gen(1 + WARM_TOKENS + decode_tokens)], runs)
     return dict(engine="transformers", tokens=int(ids.shape[1]), prefill_s=prefill_s,
@@ -176,7 +188,8 @@ def worker_transformers(n: int, runs: int, decode_tokens: int) -> dict:
 def run_worker(engine: str, n: int, args) -> dict | None:
     cmd = [sys.executable, __file__, "--worker", engine, "--lengths", str(n), "--runs",
            str(args.runs), "--decode-tokens", str(args.decode_tokens), "--spec-tokens",
-           str(args.spec_tokens)]
+           str(args.spec_tokens), "--dtype", args.dtype, "--hf-dtype", args.hf_dtype]
+    cmd += ["--prefill-only"] if args.prefill_only else []
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
@@ -215,6 +228,22 @@ def table(rows: list[dict], args) -> str:
     return "\n".join(lines)
 
 
+def prefill_table(rows: list[dict], args) -> str:
+    """Prefill seconds per prompt length: ours (``--dtype``) vs transformers (``--hf-dtype``)."""
+    lines = [f"Prefill, SmolLM2-135M-Instruct, batch 1, 2 threads, median of {args.runs}: ours "
+             f"{args.dtype}, transformers {args.hf_dtype}.", "",
+             "| prompt tokens | prefill ours s | prefill transformers s | transformers / ours "
+             "| peak MB ours | peak MB transformers |", "|---:|---:|---:|---:|---:|---:|"]
+    for r in (r for r in rows if r["engine"] == "ours"):
+        h = next((x for x in rows if x["engine"] == "transformers"
+                  and abs(x["tokens"] - r["tokens"]) <= 2), None)
+        lines.append(f"| {r['tokens']} | {r['prefill_s']:.2f} | "
+                     + (f"{h['prefill_s']:.2f} | {h['prefill_s'] / r['prefill_s']:.2f}x | "
+                        if h else "– | – | ")
+                     + f"{r['peak_mb']:.0f} | " + (f"{h['peak_mb']:.0f} |" if h else "– |"))
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8000])
@@ -224,13 +253,17 @@ def main(argv=None):
     ap.add_argument("--spec-tokens", type=int, default=64, help="0 = skip speculative")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per subprocess")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--hf-dtype", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--prefill-only", action="store_true")
     ap.add_argument("--worker", choices=["ours", "transformers"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         n = args.lengths[0]
-        res = (worker_ours(n, args.runs, args.decode_tokens, args.spec_tokens)
-               if args.worker == "ours" else worker_transformers(n, args.runs,
-                                                                 args.decode_tokens))
+        res = (worker_ours(n, args.runs, args.decode_tokens, args.spec_tokens, args.dtype,
+                           args.prefill_only)
+               if args.worker == "ours" else worker_transformers(
+                   n, args.runs, args.decode_tokens, args.hf_dtype, args.prefill_only))
         print(json.dumps(res))
         return
     rows = []
@@ -239,6 +272,12 @@ def main(argv=None):
             r = run_worker(engine, n, args)
             if r:
                 rows.append(r)
+    if args.prefill_only:
+        text = prefill_table(rows, args)
+        print(text)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+        return
     text = (f"SmolLM2-135M-Instruct fp32, batch 1, 2 threads, {args.runs} timed run(s) per "
             f"cell, {args.decode_tokens} decode tokens, speculative: dominotree budget 16, "
             f"{args.spec_tokens} new tokens, T=0. Shared, noisy 2-core machine.\n\n"

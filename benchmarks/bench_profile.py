@@ -1,4 +1,4 @@
-"""Where one target step goes: per-stage jitted timings on SmolLM2-135M (fp32, real weights).
+"""Where one target step goes: per-stage jitted timings on SmolLM2-135M (real weights).
 
 Three shapes, each as ``decode`` runs them (``decoding.verify.verify``, the cache donated):
 one AR step at batch 1 and at batch 16 (1 query row per batch row), and one 17-row tree
@@ -21,6 +21,7 @@ Times are process CPU time by default (``--clock cpu``: all threads' work, robus
 jobs share the cores; ``--clock wall`` for an idle machine).
 
     python -m benchmarks.bench_profile [--repeats 20] [--cache-len 256] [--clock cpu|wall]
+        [--dtype float32|bfloat16]   # the target's precision (docs/precision.md)
     python -m benchmarks.bench_profile --copies-only   # cache copies: ar, budget 16, auto
 
 ``--steps-only``: just the three whole steps on a full cache of ``--cache-len`` slots (this
@@ -84,7 +85,8 @@ def profile_shape(target, params, B: int, R: int, S: int, repeats: int,
     Q = cfg.num_attention_heads
     start = S - R - 1 if steps_only else S // 2  # a full / half-full cache
     t0_B, start_B, tokens_BN, depths_BN, ancestor_BRR = step_inputs(cfg, B, R, S, start)
-    cache = KVCache.zeros(nl, B, S, K, D)  # (any cache layout: --steps-only runs old trees)
+    kv_dtype = jax.tree.leaves(params)[0].dtype   # the policy: the cache in the weights' dtype
+    cache = KVCache.zeros(nl, B, S, K, D, kv_dtype)  # (--steps-only runs old trees: no dtype)
 
     @jax.jit
     def full_step(cache, params, t0_B, start_B, tokens_BN, depths_BN, ancestor_BRR):
@@ -98,7 +100,7 @@ def profile_shape(target, params, B: int, R: int, S: int, repeats: int,
                                ancestor_BRR, repeats=repeats, donate_first=True)}
     if steps_only:
         return res
-    cache = KVCache.zeros(nl, B, S, K, D)
+    cache = KVCache.zeros(nl, B, S, K, D, kv_dtype)
 
     model = bind_target(cfg, params)
     lw = [layer for layer in model.layers]
@@ -132,7 +134,7 @@ def profile_shape(target, params, B: int, R: int, S: int, repeats: int,
         return acc
 
     q_BRQD = jnp.asarray(np.random.default_rng(4).standard_normal((B, R, Q, D)), jnp.float32)
-    new_BRKD = jnp.ones((B, R, K, D), jnp.float32)
+    new_BRKD = jnp.ones((B, R, K, D), kv_dtype)
 
     @jax.jit
     def attention(q, cache, ancestor_BRR):
@@ -204,7 +206,9 @@ def whole_cache_copies(params, cfg, batch: int, prompt_len: int):
                    prompt_lengths=jax.ShapeDtypeStruct((batch,), jnp.int32)).compile().as_text()
     tc = cfg.target
     S = prompt_len + cfg.max_new_tokens + cfg.num_draft_nodes + 1
-    shape = f"f32[{batch},{tc.num_key_value_heads},{S},{tc.head_dim}]"
+    kind = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[
+        jnp.dtype(jax.tree.leaves(params["target"])[0].dtype).name]
+    shape = f"{kind}[{batch},{tc.num_key_value_heads},{S},{tc.head_dim}]"
     in_loops, entry, computation_is_entry = 0, 0, False
     for ln in hlo.splitlines():
         if not ln.startswith(" ") and ln.rstrip().endswith("{"):
@@ -239,6 +243,8 @@ def main(argv=None):
     ap.add_argument("--cache-len", type=int, default=256, help="cache slots S of the step")
     ap.add_argument("--clock", choices=sorted(CLOCK), default="cpu")
     ap.add_argument("--steps-only", action="store_true")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="the target's precision (docs/precision.md)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--copies-only", action="store_true",
                     help="only count cache copies in the compiled decode programs")
@@ -248,7 +254,7 @@ def main(argv=None):
         return
     global clock
     clock = CLOCK[args.clock]
-    target = dj.load_target(smollm2_gguf_path(), tokenizer=False)
+    target = dj.load_target(smollm2_gguf_path(), dtype=args.dtype, tokenizer=False)
     shapes = [("AR step, batch 1", 1, 1), ("AR step, batch 16", 16, 1),
               ("17-row verify, batch 1", 1, 17)]
     results = {}
@@ -265,7 +271,10 @@ def main(argv=None):
                                              16, 128)
 
     stages = list(results[shapes[0][0]])
-    lines = [f"Per-stage jitted timings, SmolLM2-135M fp32, cache of {args.cache_len} slots "
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")), "?")
+    lines = [f"Per-stage jitted timings, SmolLM2-135M {args.dtype} on {cpu}, cache of "
+             f"{args.cache_len} slots "
              f"(half full), median of {args.repeats} runs, {args.clock} ms (% of the whole step). "
              f"{jax.devices()[0].platform} x{jax.device_count()}; shared 2-core machine.",
              "", "| stage | " + " | ".join(n for n, _, _ in shapes) + " |",

@@ -13,6 +13,7 @@ function (``decoding.round.fixed_round`` + ``commit_rows``; its verify writes th
 The AR step is the same round of the ``ar`` config: a one-row verify, argmax, commit.
 
     JAX_PLATFORMS=cpu python -m benchmarks.bench_round_stages [--repeats 15] [--drafter DIR]
+        [--dtype float32|bfloat16]
 """
 
 from __future__ import annotations
@@ -144,13 +145,15 @@ def main():
     ap.add_argument("--node-topk", type=int, default=8)
     ap.add_argument("--top-m", type=int, default=64)
     ap.add_argument("--methods", default="dflash,domino,ddtree,dominotree")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="the pair's precision (docs/precision.md)")
     ap.add_argument("--drafter", default=None, help="drafter dir or 'random' (default: the "
                     "shipped smollm2-domino if present, else random)")
     args = ap.parse_args()
     if args.repeats < 10:
         ap.error("--repeats must be >= 10")
 
-    pair, _, drafter_name = load_models(None, args.drafter)
+    pair, _, drafter_name = load_models(None, args.drafter, args.dtype)
     params = pair.params
     methods = usable_methods(tuple(args.methods.split(",")), pair.drafter_config)
     kw = dict(max_new_tokens=64, budget=args.budget, node_topk=args.node_topk, top_m=args.top_m)
@@ -161,7 +164,8 @@ def main():
     cache0, ctx0, t0_B, start_B = prefilled_context(pair, C, S)
     copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731  (fresh buffers to donate)
 
-    print(f"SmolLM2-135M target, drafter: {drafter_name}; context {C} tokens, cache {S} slots; "
+    print(f"SmolLM2-135M target ({args.dtype}), drafter: {drafter_name}; context {C} tokens, "
+          f"cache {S} slots; "
           f"budget {args.budget}, k {args.node_topk}, M {args.top_m}; median of {args.repeats}"
           f"; {jax.default_backend()}, {jax.device_count()} device(s)", flush=True)
 

@@ -24,7 +24,7 @@ def shipped_drafter() -> str | None:
         return None
 
 
-def random_smollm2_drafter(target_cfg, seed: int = 0):
+def random_smollm2_drafter(target_cfg, seed: int = 0, dtype: str = "float32"):
     """(DrafterConfig, params): a random-init Domino drafter shaped for ``target_cfg``
     (one Qwen3 layer, block 8, taps (1, L/2, L-3), GRU 256, embedding 128)."""
     from dominotree_jax.config import DrafterConfig, check_pair
@@ -38,27 +38,29 @@ def random_smollm2_drafter(target_cfg, seed: int = 0):
         num_target_layers=L, target_layer_ids=(1, L // 2, L - 3), shift_label=True,
         projector_type="domino", gru_hidden_dim=256, emb_dim=128, pure_draft_prefix_len=1)
     check_pair(target_cfg, cfg)
-    return cfg, init_drafter_params(cfg, seed)
+    return cfg, init_drafter_params(cfg, seed, dtype=dtype)
 
 
-def load_models(target_path: str | None = None, drafter: str | None = None):
+def load_models(target_path: str | None = None, drafter: str | None = None,
+                dtype: str = "float32"):
     """(Pair, target path, drafter description). ``drafter``: a directory, ``"random"``, or
-    None for the shipped drafter (random when it is not there, with a warning)."""
+    None for the shipped drafter (random when it is not there, with a warning). ``dtype``: the
+    pair's precision (docs/precision.md), target and drafter alike."""
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
 
     target_path = target_path or smollm2_gguf_path()
-    target = dj.load_target(target_path)
+    target = dj.load_target(target_path, dtype=dtype)
     if drafter is None:
         drafter = shipped_drafter() or RANDOM
     if drafter == RANDOM:
         print("WARNING: no trained drafter: using a random-init Domino drafter (tau ~ 1: this "
               "measures the plumbing and its costs, not the speedup)", file=sys.stderr)
-        dcfg, dparams = random_smollm2_drafter(target.config)
+        dcfg, dparams = random_smollm2_drafter(target.config, dtype=dtype)
         name = "random-init Domino (SmolLM2 shapes)"
     else:
         from convert.drafter import load_drafter
-        dcfg, dparams = load_drafter(drafter, target_cfg=target.config)
+        dcfg, dparams = load_drafter(drafter, dtype=dtype, target_cfg=target.config)
         name = _portable(drafter)
     return dj.Pair(target, dcfg, dparams), _portable(target_path), name
 

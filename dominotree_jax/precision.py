@@ -83,6 +83,14 @@ def product(x: jax.Array, w: jax.Array, precision=None) -> jax.Array:
                                preferred_element_type=ACCUMULATION_DTYPE)
 
 
+def cast_params(tree, precision):
+    """``tree`` with its floating leaves in ``precision``'s dtype (other leaves unchanged);
+    differentiable, so a float32 master copy can train through a bf16 forward."""
+    dt = jnp.dtype(precision_name(precision))
+    return jax.tree.map(lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                        tree)
+
+
 def to_activation(x: jax.Array) -> jax.Array:
     """``x`` in the activation dtype (float32)."""
     return x.astype(ACTIVATION_DTYPE)

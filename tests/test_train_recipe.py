@@ -336,3 +336,45 @@ def test_curriculum_schedule_and_heldout_curves(setup):
     rows = [json.loads(x) for x in open(root / "curric" / "heldout_curve.jsonl")]
     for r in rows:   # per-depth base AND corrected accuracy in the held-out curve
         assert len(r["base_acc_d"]) == len(r["corr_acc_d"]) == DCFG.num_draft_positions
+
+
+# ------------------------------------------------------------------ precision of the step
+
+def test_bf16_training_step_keeps_float32_master_weights(setup):
+    """``TrainConfig(dtype="bfloat16")``: the forward runs on bf16 copies (target and drafter),
+    the trained parameters stay float32 and take a step close to, but not the same as, the
+    float32 step's; an unknown dtype is refused by name."""
+    steps = {}
+    for dtype in ("float32", "bfloat16"):
+        tr = _trainer(setup, f"prec_{dtype}", 2, dtype=dtype)   # (step 0: lr 0, warm-up)
+        before = {k: np.array(v, copy=True) for k, v in tr.flat.items()}
+        assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(tr.train_tparams)) == (
+            dtype == "float32")
+        hist = tr.fit()
+        assert np.isfinite(hist[-1]["loss"]) and hist[-1]["grad_norm"] > 0
+        assert all(v.dtype == jnp.float32 for v in tr.flat.values())
+        steps[dtype] = {k: np.asarray(tr.flat[k]) - before[k] for k in before}
+        tr.close()
+    names = [k for k in steps["float32"] if np.abs(steps["float32"][k]).max() > 0]
+    assert names
+    for k in names:
+        a, b = steps["float32"][k], steps["bfloat16"][k]
+        # Adam's first step is ~lr * sign(grad): the two agree on almost every element's sign
+        assert np.mean(np.sign(a) == np.sign(b)) > 0.9, k
+    assert any(not np.array_equal(steps["float32"][k], steps["bfloat16"][k]) for k in names)
+    with pytest.raises(ValueError, match="training dtype"):
+        _trainer(setup, "prec_bad", 1, dtype="float64")
+
+
+def test_collect_in_bf16_records_the_precision(setup):
+    """Generation on a bf16 target (``collect --dtype bfloat16``) answers the prompts and the
+    shard's manifest entry names the precision it was generated in."""
+    from dominotree_jax.precision import cast_params
+    root, target, _, _ = setup
+    for dtype in ("float32", "bfloat16"):
+        store = ShardStore(str(root / f"prec_data_{dtype}"), vocab_size=TCFG.vocab_size)
+        t = dj.Target(TCFG, cast_params(target.params, dtype), None)
+        s = generate_answers(t, store, [([5, 6, 7, 8], "a"), ([9, 10], "b")], batch=2,
+                             max_new=6, seed=0, log=lambda m: None)
+        assert s["rows"] == 2 and s["answer_tokens"] > 0
+        assert store.entries("answers")[0]["dtype"] == dtype

@@ -25,11 +25,11 @@ RUN_FIELDS = ("data", "shards", "layers", "intermediate", "taps", "block_size", 
               "mask_token_id", "steps", "batch", "anchors", "seq_len", "lr", "warmup", "gamma",
               "soft", "curriculum", "train_vocab", "heldout_pct", "warm_start", "grow_layers",
               "seed", "layer_init", "anchor_mode", "until_fail", "until_fail_floor", "soft_topk",
-              "lam_hold", "lam_ramp", "lam_end")
+              "lam_hold", "lam_ramp", "lam_end", "dtype")
 # Settings added after v3: a run.json written before them gets these values (the old recipe).
 RUN_DEFAULTS = {"layer_init": "random", "anchor_mode": "sample", "until_fail": False,
                 "until_fail_floor": 0.0, "soft_topk": 0.0, "lam_hold": 0.0, "lam_ramp": 0.5,
-                "lam_end": 0.0}
+                "lam_end": 0.0, "dtype": "float32"}
 
 
 STAGES = ("features", "train", "export", "all")
@@ -38,6 +38,9 @@ STAGES = ("features", "train", "export", "all")
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="precision of the training forward "
+                        "(float32 master weights); docs/precision.md")
     p.add_argument("--stage", choices=STAGES, default="all",
                    help="(data is collected by python -m dominotree_jax.train.collect)")
     p.add_argument("--seed", type=int, default=0)

@@ -40,6 +40,8 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1, help="prompt pool and sampling seed")
     p.add_argument("--num-prompts", type=int, default=12000, help="template/corpus pool size")
     p.add_argument("--batch", type=int, default=48)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="the target's precision for generation (docs/precision.md)")
     p.add_argument("--max-new", type=int, default=None,
                    help="answer length cap (default 160 with --prompt-mix v3, 512 with v4)")
     p.add_argument("--prompt-mix", choices=("v3", "v4"), default="v3")
@@ -206,7 +208,7 @@ def main(argv=None):
     args = parse_args(argv)
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
-    target = dj.load_target(args.target or smollm2_gguf_path())
+    target = dj.load_target(args.target or smollm2_gguf_path(), dtype=args.dtype)
     max_new = DEFAULT_MAX_NEW[args.prompt_mix] if args.max_new is None else args.max_new
     collect(target, args.data, seed=args.seed, num_prompts=args.num_prompts, batch=args.batch,
             max_new=max_new, deadline=deadline_from(args.minutes, args.until),

@@ -19,6 +19,7 @@ import numpy as np
 
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.decode import decode
+from dominotree_jax.precision import params_precision
 from dominotree_jax.train.shards import ShardStore
 
 PROMPT_BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
@@ -145,6 +146,7 @@ def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int],
         info = {"generator": "dominotree_jax.decode(method='ar')", "temperature": temperature,
                 "max_new_tokens": max_new, "batch": batch, "prompt_width": width, "seed": seed,
                 "gen_seconds": round(dt, 2), "capped_rows": int(np.sum(num >= max_new)),
+                "dtype": params_precision(target.params, "target parameters"),
                 **(extra_info or {})}
         topk = answer_topk(target, rows, store_topk, width + max_new) if store_topk else None
         e = store.append("answers", rows, info, topk=topk)

@@ -24,6 +24,7 @@ import orbax.checkpoint as ocp
 from dominotree_jax.model.state import state_to_flat
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import init_drafter_params
+from dominotree_jax.precision import cast_params, precision_name
 from dominotree_jax.train.dataset import batch_stream, make_batch
 from dominotree_jax.train.loss import curriculum_lambda, flat_to_state, loss_and_metrics
 
@@ -54,6 +55,8 @@ class TrainConfig:
     until_fail: bool = False     # accept-until-fail weighting per head
     until_fail_floor: float = 0.0
     soft_topk: float = 0.0    # weight of KL to the stored, renormalised top-k target logits
+    dtype: str = "float32"    # the training forward's precision (docs/precision.md): the
+    #                           float32 master weights are cast to it inside the step
     seed: int = 0
     ckpt_every_s: float = 240.0
     keep: int = 2
@@ -77,6 +80,7 @@ def check_train_config(tc: TrainConfig) -> None:
         raise ValueError("choose one kind of soft targets: soft or soft_topk")
     if tc.anchors < 1:
         raise ValueError(f"anchors must be >= 1, got {tc.anchors}")
+    precision_name(tc.dtype, "training dtype")   # an unknown precision, refused by name
 
 
 def make_optimizer(tc: TrainConfig):
@@ -128,6 +132,7 @@ def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_ind
            if tc.curriculum else jnp.float32(0.0))
 
     def f(p):
+        p = cast_params(p, tc.dtype)   # float32 master weights; gradients flow back through it
         return loss_and_metrics(dcfg, tcfg, flat_to_state(dcfg, p), tparams, batch, lam,
                                 tc.gamma, vocab_ids, vocab_index, tc.soft,
                                 soft_topk=tc.soft_topk, until_fail=tc.until_fail,
@@ -170,6 +175,9 @@ class Trainer:
             raise ValueError("layer_init='target' initialises a new drafter; it cannot be "
                              "combined with a warm start")
         self.dcfg, self.tcfg, self.tparams = dcfg, tcfg, tparams
+        # the frozen target in the training forward's precision (evaluation keeps ``tparams``)
+        self.train_tparams = (tparams if tc.dtype == "float32"
+                              else cast_params(tparams, tc.dtype))
         if vocab_ids is None:
             self.vocab_ids = self.vocab_index = None
         else:
@@ -264,8 +272,8 @@ class Trainer:
         self.key = jax.random.key_data(self.key)
         self.flat, self.opt_state, m = _train_step(
             self.flat, self.opt_state, jax.tree.map(jnp.asarray, batch),
-            jnp.asarray(self.step, jnp.int32), self.tparams, self.vocab_ids, self.vocab_index,
-            dcfg=self.dcfg, tcfg=self.tcfg, tc=self.tc)
+            jnp.asarray(self.step, jnp.int32), self.train_tparams, self.vocab_ids,
+            self.vocab_index, dcfg=self.dcfg, tcfg=self.tcfg, tc=self.tc)
         self.step += 1
         return jax.device_get(m)
 

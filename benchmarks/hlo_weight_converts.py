@@ -1,0 +1,57 @@
+"""Where a bf16 target's weights are converted in the compiled ``ar`` decode (no timing).
+
+Compiles ``decode`` (method ``ar``, batch 1) for SmolLM2-135M with bf16 weights and counts, in
+the optimised HLO, the entry computation's fusions that output a float32 array of a weight's
+shape (the hoisted bf16 -> float32 converts, run once per call) and the lines of the
+``while`` body that name a bf16 weight shape (a convert or product inside the loop).
+
+    python benchmarks/hlo_weight_converts.py [--dtype bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+WEIGHT_SHAPES = r"(49152,576|576,49152|576,1536|1536,576|576,576|192,576)"
+
+
+def computations(hlo: str) -> dict[str, list[str]]:
+    comps, cur = {}, None
+    for ln in hlo.splitlines():
+        if ln and not ln.startswith(" ") and ln.rstrip().endswith("{"):
+            cur = "ENTRY" if ln.startswith("ENTRY") else ln.split()[0]
+            comps[cur] = []
+        elif cur:
+            comps[cur].append(ln)
+    return comps
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    args = ap.parse_args(argv)
+    import jax
+    import jax.numpy as jnp
+
+    import dominotree_jax as dj
+    from dominotree_jax.assets import smollm2_gguf_path
+
+    t = dj.load_target(smollm2_gguf_path(), dtype=args.dtype, tokenizer=False)
+    cfg = dj.DecodeConfig(target=t.config, method="ar", max_new_tokens=16, stop_ids=())
+    hlo = jax.jit(dj.decode, static_argnames="config").lower(
+        {"target": t.params, "drafter": None}, jax.ShapeDtypeStruct((1, 32), jnp.int32),
+        config=cfg).compile().as_text()
+    comps = computations(hlo)
+    entry = sum(bool(re.search(r"=\s*f32\[" + WEIGHT_SHAPES + r"\]\S*\s+fusion\(", ln))
+                for ln in comps["ENTRY"])
+    bodies = re.findall(r"while\(.*?body=%?([\w.\-]+)", hlo)
+    in_body = sum(bool(re.search(r"bf16\[" + WEIGHT_SHAPES + r"\]", ln))
+                  for b in bodies for ln in comps.get(b, []))
+    print(f"{args.dtype} ar decode: {entry} entry fusions output float32 weight-shaped arrays "
+          f"(once per call); {len(bodies)} while loop(s) whose bodies name a bf16 weight shape "
+          f"on {in_body} line(s)")
+
+
+if __name__ == "__main__":
+    main()
