@@ -48,7 +48,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args(argv)
-    from tests import test_tree_builder as T   # run from the repository root: tests/ is a namespace package
+    from tests import test_tree_builder as T   # from the repo root: tests/ is a namespace pkg
 
     cases = {(n, fam, s): (cfg, T.make_case(cfg, s, fam)) for n, cfg in T.CONFIGS.items()
              if cfg.method == "dominotree" for fam in T.FAMILIES for s in (17, 1017)}
