@@ -178,7 +178,7 @@ def test_real_smollm2_pair_multiturn_chat(smollm2_path):
                        top_p=0.9, top_k=20, seed=1, return_logprobs=True)
     eng = DominoTreeRollout(rollout_actor=model, tokenizer=tok, rollout_config=rc,
                             drafter_config=p.drafter_config, drafter_params=p.drafter_params,
-                            budget=8, node_topk=4, compiler_options=FAST_XLA)
+                            budget=8, node_topk=4)
     assert eng.prompt_pads == "keep"
     out = eng.generate(texts, rc)
     prompt = np.asarray(out.left_padded_prompt_tokens)
