@@ -33,7 +33,7 @@ def test_grpo_learner_on_an_8_device_mesh():
     proc = subprocess.run([sys.executable, str(HERE / "rl_mesh_worker.py")], env=_env(8),
                           capture_output=True, text=True, timeout=500)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    assert proc.stdout.count("ok ") == 3, proc.stdout
+    assert proc.stdout.count("ok ") == 4, proc.stdout
 
 
 def test_two_process_sharded_decode_equals_single_process():

@@ -57,6 +57,7 @@ from dominotree_jax.decoding.decode import DecodeOutput, decode
 from dominotree_jax.model.target import TargetModel
 from dominotree_jax.rollout.drafter_refresh import DrafterRefresher
 from dominotree_jax.rollout.masked_forward import PROMPT_PADS, completion_logprobs, real_tokens
+from dominotree_jax.rollout.placement import BatchPlacement
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
 from dominotree_jax.rollout.tunix_types import BaseRollout, RolloutConfig, RolloutOutput
 
@@ -116,8 +117,9 @@ class LastRollout:
         """Mean draft nodes verified per round (0 for ``ar``)."""
         if self.out.draft_sizes is None:
             return 0.0
-        sizes = np.asarray(self.out.draft_sizes)
-        return float(sizes[sizes >= 0].mean()) if (sizes >= 0).any() else 0.0
+        sizes = self.out.draft_sizes           # (jnp: also a multi-process global array)
+        rounds = jnp.sum(sizes >= 0)
+        return float(jnp.sum(jnp.where(sizes >= 0, sizes, 0)) / jnp.maximum(rounds, 1))
 
 
 def _next_pow2(n: int) -> int:
@@ -246,6 +248,8 @@ class DominoTreeRollout(BaseRollout):
 
         def run(params, prompt_BT, lengths_B, key, auto_state, *, config):
             self.traces.append(config)   # Python side effect: once per compilation
+            if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):   # key data (uint32)
+                key = jax.random.wrap_key_data(key)
             return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
                           auto_state=auto_state)
 
@@ -270,11 +274,17 @@ class DominoTreeRollout(BaseRollout):
             raise ValueError("generate needs at least one prompt")
         rc = rollout_config
         ids = [self._encode(p) for p in prompts]
+        place = BatchPlacement.of(self._params["target"])
+        if place.multi_process and self.refresher is not None:
+            raise ValueError("drafter_refresh is not supported on a multi-process mesh (the "
+                             "refresh step would train on every process's rows; untested)")
         width = max(int(rc.max_prompt_length), 1)
-        longest = max(len(p) for p in ids)
+        B, longest = place.agree(len(ids), max(len(p) for p in ids))  # the same in every process
+        if B != len(ids):
+            raise ValueError(f"every process must generate the same number of prompts; this "
+                             f"one has {len(ids)}, another {B}")
         if longest > width:  # tunix's sampler widens (never truncates) the prompt window
             width = _next_pow2(longest)
-        B = len(ids)
         pad = self.pad_id() if self._tok is not None else 0
         # what the target conditions on: under "drop" the trainer skips every pad id
         cond = ids
@@ -290,24 +300,28 @@ class DominoTreeRollout(BaseRollout):
         config = self.decode_config(rc)
         key = self._key_for(rc.seed)
         t0 = time.perf_counter()
-        state_key = (config, B)
+        rows = place.global_rows(B)
+        state_key = (config, rows)
         state = None
         if config.is_auto:
-            state = self._auto_states.get(state_key) or initial_state(config, B)
-        out = self._decode(self._params, jnp.asarray(prompt_BT), jnp.asarray(lengths_B), key,
-                           state, config=config)
+            state = self._auto_states.get(state_key) or initial_state(config, rows)
+        if place.multi_process:   # host values every process holds alike: replicated
+            key = np.asarray(jax.random.key_data(key))
+            state = None if state is None else jax.tree.map(np.asarray, state)
+        prompt_in, lengths_in = place.put(prompt_BT), place.put(lengths_B)
+        out = self._decode(self._params, prompt_in, lengths_in, key, state, config=config)
         jax.block_until_ready(out.tokens)
         if config.is_auto:
             self._auto_states[state_key] = out.auto_state
-        self.last = LastRollout(jnp.asarray(prompt_BT), jnp.asarray(lengths_B), out,
+        self.last = LastRollout(jnp.asarray(prompt_in), jnp.asarray(lengths_in), out,
                                 time.perf_counter() - t0)
         if rc.temperature is not None:
             self._last_temperature = float(rc.temperature)
         if self.refresher is not None:
             self._refresh()
-        tokens_BN = np.asarray(out.tokens)
-        n_B = np.asarray(out.num_tokens)
-        logp_BN = np.asarray(out.logprobs) if rc.return_logprobs else None
+        tokens_BN = place.local(out.tokens)   # this process's rows
+        n_B = place.local(out.num_tokens)
+        logp_BN = place.local(out.logprobs) if rc.return_logprobs else None
         tokens, logprobs, text = [], [], []
         for b in range(B):
             row = tokens_BN[b, :n_B[b]]
@@ -332,6 +346,13 @@ class DominoTreeRollout(BaseRollout):
             temperature = self._logp_temperature
         if temperature is None:
             temperature = self._last_temperature
+        place = BatchPlacement.of(self._params["target"])
+        if place.multi_process:   # this process's rows in, its rows out
+            prompt, completion = (place.put(np.asarray(x, np.int32))
+                                  for x in (prompt_tokens, completion_tokens))
+            return jnp.asarray(place.local(self._logps(
+                self._params["target"], prompt, completion, pad_id=int(self.pad_id()),
+                temperature=float(temperature))))
         prompt, completion = without_explicit_axes(
             (jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(completion_tokens, jnp.int32)))
         return self._logps(self._params["target"], prompt, completion,
