@@ -3,9 +3,11 @@
 ``dominotree_jax.sharding`` mesh (batch on ``"data"``, heads / MLP units on ``"model"``), the
 parameters placed by ``shard_params``.
 
-Checks: the engine's greedy rollouts on the sharded parameters equal a single-device engine's;
-two global steps run; the policy moved, stayed finite and kept its placement; the engine
-decoded with the trained weights. Prints ``ok ...`` lines; exits non-zero on a failure.
+Checks: the engine's rollouts (methods ``dominotree`` and ``dflash``, greedy and sampled) on
+the sharded parameters, with the batch on ``"data"``, equal a single-device engine's; two
+global steps run with ``dominotree``; the policy moved, stayed finite and kept its
+placement; the engine decoded with the trained weights. Prints ``ok ...`` lines; exits
+non-zero on a failure.
 """
 
 from __future__ import annotations
@@ -37,6 +39,29 @@ def leaves(model) -> list:
                                      else model))
 
 
+def check_rollouts(tcfg, dcfg, params, sharded, method: str, temperatures=(0.0, 0.9)):
+    """Greedy and sampled rollouts on the sharded parameters (the batch on ``"data"``) equal
+    a single-device engine's, tokens and log-probs."""
+    kw = dict(drafter_config=dcfg, method=method, budget=6, node_topk=3)
+    one = DominoTreeRollout(rollout_actor=TunixCausalLM.from_params(tcfg, params["target"],
+                                                                    PAD),
+                            tokenizer=IntTokenizer(), drafter_params=params["drafter"], **kw)
+    many = DominoTreeRollout(rollout_actor=TunixCausalLM.from_params(tcfg, sharded["target"],
+                                                                     PAD),
+                             tokenizer=IntTokenizer(), drafter_params=sharded["drafter"], **kw)
+    for temperature in temperatures:
+        rc = base_rollout.RolloutConfig(max_tokens_to_generate=8, max_prompt_length=8,
+                                        temperature=temperature, top_p=None, seed=5,
+                                        return_logprobs=True)
+        a_out, b_out = one.generate(PROMPTS, rc), many.generate(PROMPTS, rc)
+        assert many.last.prompt_BT.sharding.spec == P(DATA, None), many.last.prompt_BT.sharding
+        for a, b, x, y in zip(a_out.tokens, b_out.tokens, a_out.logprobs, b_out.logprobs):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(x, y, atol=1e-4)
+    print(f"ok {method} rollouts (T={temperatures}) on the 2x4 mesh, batch on 'data', equal "
+          "one device's", flush=True)
+
+
 def main():
     assert jax.device_count() == 8, jax.devices()
     tcfg, dcfg, params = wide_pair()
@@ -45,26 +70,10 @@ def main():
     q = sharded["target"]["layers"][0]["self_attn"]["q_proj"]["weight"][...]
     assert q.sharding.spec == P("model", None) and q.addressable_shards[0].data.shape[0] == \
         q.shape[0] // 4
-    # method "dflash" (a greedy chain, no top-k): with a tree method and the engine's host
-    # (replicated) batch, XLA:CPU aborts partitioning the tree builder's top-k
-    # ("optimization_barrier ... cannot be downcasted", docs/rl.md)
-    engine_kw = dict(drafter_config=dcfg, method="dflash")
-
-    # greedy rollouts on the sharded parameters equal a single-device engine's
-    greedy = base_rollout.RolloutConfig(max_tokens_to_generate=8, max_prompt_length=8,
-                                        temperature=0.0, top_p=None, return_logprobs=True)
-    one = DominoTreeRollout(rollout_actor=TunixCausalLM.from_params(tcfg, params["target"],
-                                                                    PAD),
-                            tokenizer=IntTokenizer(), drafter_params=params["drafter"],
-                            **engine_kw).generate(PROMPTS, greedy)
-    many_engine = DominoTreeRollout(
-        rollout_actor=TunixCausalLM.from_params(tcfg, sharded["target"], PAD),
-        tokenizer=IntTokenizer(), drafter_params=sharded["drafter"], **engine_kw)
-    many = many_engine.generate(PROMPTS, greedy)
-    for a, b, x, y in zip(one.tokens, many.tokens, one.logprobs, many.logprobs):
-        np.testing.assert_array_equal(a, b)
-        np.testing.assert_allclose(x, y, atol=1e-4)
-    print("ok greedy rollouts on the 2x4 mesh equal one device's", flush=True)
+    # the tree method (its builder's top-k: dominotree_jax/fence.py) and a chain
+    check_rollouts(tcfg, dcfg, params, sharded, "dominotree")
+    check_rollouts(tcfg, dcfg, params, sharded, "dflash", temperatures=(0.0,))
+    engine_kw = dict(drafter_config=dcfg, method="dominotree", budget=6, node_topk=3)
 
     policy = TunixCausalLM.from_params(tcfg, sharded["target"], PAD)
     reference = TunixCausalLM.from_params(

@@ -33,7 +33,7 @@ def test_grpo_learner_on_an_8_device_mesh():
     proc = subprocess.run([sys.executable, str(HERE / "rl_mesh_worker.py")], env=_env(8),
                           capture_output=True, text=True, timeout=500)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    assert proc.stdout.count("ok ") == 3, proc.stdout
+    assert proc.stdout.count("ok ") == 4, proc.stdout
 
 
 def test_two_process_sharded_decode_equals_single_process():
@@ -46,4 +46,4 @@ def test_two_process_sharded_decode_equals_single_process():
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, out + err[-4000:]
-        assert out.count("ok process") == 1, out
+        assert out.count("ok process") == 2, out

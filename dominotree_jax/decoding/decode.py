@@ -21,7 +21,8 @@ from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState
 from dominotree_jax.decoding.commit import PAD
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import bind_drafter_for, tap_layers_for
-from dominotree_jax.decoding.round import LoopState, first_state, prefill_context, round_step
+from dominotree_jax.decoding.round import (LoopState, first_state, prefill_context,
+                                           repeat_prefilled, round_step)
 from dominotree_jax.model.target import bind_target
 from dominotree_jax.precision import check_pair, params_precision
 
@@ -91,15 +92,56 @@ def _check_inputs(prompt_BT, lengths_B, config: DecodeConfig, key):
                              f" {sorted(set(bad.tolist()))[:10]}")
 
 
+def _row_stops(row_stop_ids, B: int, config: DecodeConfig):
+    """``row_stop_ids`` as an int32 ``[B, K]`` array (None stays None), checked when concrete."""
+    if row_stop_ids is None:
+        return None
+    stops_BK = jnp.asarray(row_stop_ids)
+    if stops_BK.ndim != 2 or stops_BK.shape[0] != B or \
+            not jnp.issubdtype(stops_BK.dtype, jnp.integer):
+        raise ValueError(f"row_stop_ids must be an integer [B={B}, K] array (-1 = padding), "
+                         f"got shape {stops_BK.shape} dtype {stops_BK.dtype}")
+    if not isinstance(stops_BK, jax.core.Tracer):
+        s = np.asarray(stops_BK)
+        bad = s[(s < -1) | (s >= config.target.vocab_size)]
+        if bad.size:
+            raise ValueError(f"row_stop_ids outside the vocabulary (or -1): "
+                             f"{sorted(set(bad.tolist()))[:10]}")
+    return stops_BK.astype(jnp.int32)
+
+
+def _prompt_rows(prompt_rows, U: int):
+    """``prompt_rows`` as an int32 ``[B]`` array (None stays None), checked when concrete."""
+    if prompt_rows is None:
+        return None
+    rows_B = jnp.asarray(prompt_rows)
+    if rows_B.ndim != 1 or rows_B.shape[0] < 1 or not jnp.issubdtype(rows_B.dtype, jnp.integer):
+        raise ValueError(f"prompt_rows must be a non-empty integer [B] array, got shape "
+                         f"{rows_B.shape} dtype {rows_B.dtype}")
+    if not isinstance(rows_B, jax.core.Tracer):
+        r = np.asarray(rows_B)
+        if r.min() < 0 or r.max() >= U:
+            raise ValueError(f"prompt_rows must index the {U} prompts, got values in "
+                             f"[{r.min()}, {r.max()}]")
+    return rows_B.astype(jnp.int32)
+
+
 def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=None,
-           auto_state=None) -> DecodeOutput:
+           auto_state=None, row_stop_ids=None, prompt_rows=None) -> DecodeOutput:
     """Generate up to ``config.max_new_tokens`` tokens after ``prompt`` (``[T]`` or ``[B, T]``).
 
     ``params``: ``{"target": state, "drafter": state or None}``. Pure and jittable:
     ``jax.jit(decode, static_argnames="config")``. ``auto_state`` (``budget="auto"`` only): a
     previous call's ``DecodeOutput.auto_state`` (or ``auto_size.initial_state``), to carry the
     draft-size policy's measurements (delivered rate, drafter calibration, probe gap) from
-    call to call.
+    call to call. ``row_stop_ids``: each row's own stop ids, ``[B, K]`` int (-1 pads a row's
+    list), on top of ``config.stop_ids`` (a runtime array: new stop sets do not recompile).
+    ``prompt_rows``: one prefill shared by several rows (GRPO's G samples of a prompt):
+    ``prompt`` holds ``U`` distinct prompts, ``prompt_rows`` (``[B]`` int, values in ``[0,
+    U)``) says which one each of the ``B`` output rows continues; each prompt is prefilled
+    once and its caches, drafter context and last logits are copied to its rows. The output
+    equals decoding ``prompt[prompt_rows]`` (same key: same tokens at any temperature);
+    ``row_stop_ids`` and ``auto_state`` are per output row.
     """
     prompt_BT = jnp.asarray(prompt)
     if not jnp.issubdtype(prompt_BT.dtype, jnp.integer):
@@ -107,10 +149,14 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     prompt_BT = prompt_BT.astype(jnp.int32)
     if prompt_BT.ndim == 1:
         prompt_BT = prompt_BT[None]
-    B, T = prompt_BT.shape
-    lengths_B = (jnp.full((B,), T, jnp.int32) if prompt_lengths is None
-                 else jnp.asarray(prompt_lengths, jnp.int32).reshape(B))
-    _check_inputs(prompt_BT, lengths_B, config, key)
+    U, T = prompt_BT.shape
+    lengths_U = (jnp.full((U,), T, jnp.int32) if prompt_lengths is None
+                 else jnp.asarray(prompt_lengths, jnp.int32).reshape(U))
+    _check_inputs(prompt_BT, lengths_U, config, key)
+    rows_B = _prompt_rows(prompt_rows, U)
+    B = U if rows_B is None else rows_B.shape[0]
+    lengths_B = lengths_U if rows_B is None else lengths_U[rows_B]
+    stops_BK = _row_stops(row_stop_ids, B, config)
     if auto_state is not None and not config.is_auto:
         raise ValueError("auto_state is only for budget='auto' configs")
     key = jax.random.key(0) if key is None else key
@@ -122,11 +168,13 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     policy = AutoPolicy(config, B) if config.is_auto else None
 
     pre = prefill_context(target=target, drafter=drafter, prompt_BT=prompt_BT,
-                          lengths_B=lengths_B, max_len=cache_length(config, T),
+                          lengths_B=lengths_U, max_len=cache_length(config, T),
                           tap_layers=tap_layers_for(config),
                           dtype=jax.tree.leaves(params["target"])[0].dtype)
+    if rows_B is not None:   # each distinct prompt's prefill, copied to its rows
+        pre = repeat_prefilled(pre, rows_B)
     state = first_state(pre, key, config=config, auto=None if policy is None
-                         else policy.init(auto_state))
+                         else policy.init(auto_state), stops_BK=stops_BK)
     step = functools.partial(round_step, lengths_B=lengths_B, config=config, target=target,
                              drafter=drafter, policy=policy)
     final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), step, state)

@@ -70,6 +70,20 @@ def prefill_context(*, target, drafter, prompt_BT, lengths_B, max_len: int,
     return Prefilled(cache=pre.cache, ctx=ctx, taps_BTF=pre.taps, last_logits_BV=last_logits_BV)
 
 
+def repeat_prefilled(pre: Prefilled, rows_B) -> Prefilled:
+    """Row ``b`` of the result is row ``rows_B[b]`` of ``pre`` (one prefill shared by the
+    rows continuing the same prompt)."""
+    def take(x, axis):
+        return jnp.take(x, rows_B, axis=axis)
+
+    ctx = pre.ctx
+    if ctx is not None:   # drafter K/V are [L, B, S, K, D]
+        ctx = DrafterContext(k=take(ctx.k, 1), v=take(ctx.v, 1), length=take(ctx.length, 0))
+    return Prefilled(cache=jax.tree.map(lambda x: take(x, 0), pre.cache), ctx=ctx,
+                     taps_BTF=take(pre.taps_BTF, 0),
+                     last_logits_BV=take(pre.last_logits_BV, 0))
+
+
 class RoundInput(NamedTuple):
     """What a round reads: the committed state of every row and this round's key."""
     cache: KVCache                 # target K/V, per layer [B, K, S, D]; committed below start
@@ -115,11 +129,14 @@ class LoopState(NamedTuple):
     feats_BWF: Float[Array, "B W F"] | None = None  # tapped features by position
     #                                                 (return_features only)
     auto: AutoState | None = None   # policy state (budget="auto" only)
+    stops_BK: Int[Array, "B K"] | None = None  # each row's own stop ids (-1 = none), besides
+    #                                            config.stop_ids (decode's row_stop_ids)
 
 
-def first_state(pre, key, *, config: DecodeConfig, auto) -> LoopState:
+def first_state(pre, key, *, config: DecodeConfig, auto, stops_BK=None) -> LoopState:
     """The loop carry after the prefill: the first token sampled from the prompt's last
-    logits (rows whose first token stops are done already)."""
+    logits (rows whose first token stops are done already). ``stops_BK``: per-row stop ids
+    (``decode``'s ``row_stop_ids``)."""
     B = pre.last_logits_BV.shape[0]
     Y, O = config.max_new_tokens, config.max_new_tokens + config.max_depth + 1
     key, sub = jax.random.split(key)
@@ -131,15 +148,16 @@ def first_state(pre, key, *, config: DecodeConfig, auto) -> LoopState:
         lp_BV = sampling_logprobs(pre.last_logits_BV, *logprob_filter(config))
         logp_BO = logp_BO.at[:, 0].set(jnp.take_along_axis(lp_BV, first_B[:, None], 1)[:, 0])
     n_B = jnp.ones((B,), jnp.int32)
-    done_B = finished(out_BO, n_B - 1, n_B, config)
-    n_B = jnp.where(done_B, stop_length(out_BO, jnp.zeros_like(n_B), n_B, config), n_B)
+    done_B = finished(out_BO, n_B - 1, n_B, config, stops_BK)
+    n_B = jnp.where(done_B, stop_length(out_BO, jnp.zeros_like(n_B), n_B, config, stops_BK),
+                    n_B)
     feats_BWF = (jnp.pad(pre.taps_BTF, ((0, 0), (0, O), (0, 0))) if config.return_features
                  else None)
     return LoopState(cache=pre.cache, ctx=pre.ctx, out_BO=out_BO, logp_BO=logp_BO, n_B=n_B,
                      done_B=done_B, rounds_B=jnp.zeros((B,), jnp.int32),
                      taus_BY=jnp.zeros((B, Y), jnp.int32),
                      sizes_BY=jnp.full((B, Y), -1, jnp.int32), key=key, feats_BWF=feats_BWF,
-                     auto=auto)
+                     auto=auto, stops_BK=stops_BK)
 
 
 
@@ -256,8 +274,10 @@ def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next
     c = commit_rows(inp, result, out_BO=state.out_BO, logp_BO=state.logp_BO, n_B=state.n_B,
                     done_B=state.done_B, drafter=drafter)
     n_new_B = jnp.where(state.done_B, state.n_B, state.n_B + c.tau_B)
-    stop_B = finished(c.out_BO, state.n_B, n_new_B, config) & ~state.done_B
-    n_new_B = jnp.where(stop_B, stop_length(c.out_BO, state.n_B, n_new_B, config), n_new_B)
+    stops_BK = state.stops_BK
+    stop_B = finished(c.out_BO, state.n_B, n_new_B, config, stops_BK) & ~state.done_B
+    n_new_B = jnp.where(stop_B, stop_length(c.out_BO, state.n_B, n_new_B, config, stops_BK),
+                        n_new_B)
     round_slot_B = jnp.where(state.done_B, config.max_new_tokens, state.rounds_B)  # Y: dropped
     rows_B = jnp.arange(inp.t0_B.shape[0])
     feats_BWF = state.feats_BWF
@@ -270,7 +290,7 @@ def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next
         done_B=state.done_B | stop_B, rounds_B=state.rounds_B + (~state.done_B).astype(jnp.int32),
         taus_BY=state.taus_BY.at[rows_B, round_slot_B].set(n_new_B - state.n_B, mode="drop"),
         sizes_BY=state.sizes_BY.at[rows_B, round_slot_B].set(result.size_B, mode="drop"),
-        key=next_key, feats_BWF=feats_BWF, auto=result.auto)
+        key=next_key, feats_BWF=feats_BWF, auto=result.auto, stops_BK=stops_BK)
 
 
 def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
@@ -283,6 +303,8 @@ def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, dra
     size = static_size(config, policy)
     if size is not None:
         result = fixed_round(inp, size=size, config=config, target=target, drafter=drafter)
+        if policy is not None:   # auto mode that can never pay to draft: its state stays
+            result = result._replace(auto=state.auto)
     else:
         result = auto_round(inp, state.auto, live_B=~state.done_B, policy=policy,
                             config=config, target=target, drafter=drafter)
@@ -298,23 +320,29 @@ def logprob_filter(config: DecodeConfig) -> tuple:
     return config.temperature, 0, 1.0
 
 
-def is_stop(tok, config: DecodeConfig):
-    if not config.stop_ids:
-        return jnp.zeros(tok.shape, bool)
-    return jnp.isin(tok, jnp.asarray(config.stop_ids, jnp.int32))
+def is_stop(tok_BO, config: DecodeConfig, stops_BK=None):
+    """Whether each token is one of ``config.stop_ids`` or of its row's ``stops_BK`` (ids
+    ``>= 0``; -1 pads a row's list)."""
+    hit_BO = (jnp.isin(tok_BO, jnp.asarray(config.stop_ids, jnp.int32)) if config.stop_ids
+              else jnp.zeros(tok_BO.shape, bool))
+    if stops_BK is not None:
+        hit_BO |= jnp.any((tok_BO[:, :, None] == stops_BK[:, None, :])
+                          & (stops_BK[:, None, :] >= 0), axis=-1)
+    return hit_BO
 
 
-def finished(out_BO, lo_B, hi_B, config: DecodeConfig):
+def finished(out_BO, lo_B, hi_B, config: DecodeConfig, stops_BK=None):
     """Whether tokens ``lo..hi-1`` contain a stop id, or ``hi`` reached ``max_new_tokens``."""
     i_O = jnp.arange(out_BO.shape[1])[None]
     in_range = (i_O >= lo_B[:, None]) & (i_O < hi_B[:, None])
-    return jnp.any(in_range & is_stop(out_BO, config), axis=1) | (hi_B >= config.max_new_tokens)
+    return (jnp.any(in_range & is_stop(out_BO, config, stops_BK), axis=1)
+            | (hi_B >= config.max_new_tokens))
 
 
-def stop_length(out_BO, lo_B, hi_B, config: DecodeConfig):
+def stop_length(out_BO, lo_B, hi_B, config: DecodeConfig, stops_BK=None):
     """Length after truncating at the first stop id in ``lo..hi-1`` (inclusive), else ``hi``."""
     i_O = jnp.arange(out_BO.shape[1])[None]
-    hit = (i_O >= lo_B[:, None]) & (i_O < hi_B[:, None]) & is_stop(out_BO, config)
+    hit = (i_O >= lo_B[:, None]) & (i_O < hi_B[:, None]) & is_stop(out_BO, config, stops_BK)
     first = jnp.where(jnp.any(hit, 1), jnp.argmax(hit, 1) + 1, hi_B)
     return jnp.minimum(first, config.max_new_tokens)
 

@@ -57,6 +57,7 @@ from dominotree_jax.decoding.decode import DecodeOutput, decode
 from dominotree_jax.model.target import TargetModel
 from dominotree_jax.rollout.drafter_refresh import DrafterRefresher
 from dominotree_jax.rollout.masked_forward import PROMPT_PADS, completion_logprobs, real_tokens
+from dominotree_jax.rollout.placement import BatchPlacement
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
 from dominotree_jax.rollout.tunix_types import BaseRollout, RolloutConfig, RolloutOutput
 
@@ -116,8 +117,9 @@ class LastRollout:
         """Mean draft nodes verified per round (0 for ``ar``)."""
         if self.out.draft_sizes is None:
             return 0.0
-        sizes = np.asarray(self.out.draft_sizes)
-        return float(sizes[sizes >= 0].mean()) if (sizes >= 0).any() else 0.0
+        sizes = self.out.draft_sizes           # (jnp: also a multi-process global array)
+        rounds = jnp.sum(sizes >= 0)
+        return float(jnp.sum(jnp.where(sizes >= 0, sizes, 0)) / jnp.maximum(rounds, 1))
 
 
 def _next_pow2(n: int) -> int:
@@ -187,7 +189,7 @@ class DominoTreeRollout(BaseRollout):
                  drafter_config=None, drafter_params=None, method: str = "dominotree",
                  budget: int = 16, node_topk: int = 8, top_m: int = 0, seed: int = 0,
                  return_features: bool = False, prompt_pads: str | None = None,
-                 drafter_refresh: bool | dict | None = None,
+                 drafter_refresh: bool | dict | None = None, share_prefill: bool = True,
                  compiler_options: dict | None = None, **decode_options):
         """``rollout_actor``: the target (see ``_target_of``). ``tokenizer``: HF or tunix style
         (only needed for text prompts). ``mesh``/``rollout_config``: accepted for tunix's
@@ -205,6 +207,10 @@ class DominoTreeRollout(BaseRollout):
         ``rollout_actor`` is a ``TunixCausalLM`` without a ``pad_id``, else ``"keep"``.
         ``drafter_refresh``: True or ``DrafterRefresher`` keyword arguments (``lr``,
         ``anchors``, ``rows``, ``vocab_ids``, ...): a drafter step after every ``generate``.
+        ``share_prefill``: prefill each distinct prompt of a ``generate`` call once and copy
+        its caches to the rows repeating it (GRPO hands over G copies of each prompt); the
+        samples are the same as without (``decode``'s ``prompt_rows``); one compilation per
+        number of distinct prompts. Off on a multi-process mesh.
         ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
         Other keywords: ``DecodeConfig`` fields (``auto_sizes``, ``auto_costs``,
         ``draft_window``, ...)."""
@@ -221,6 +227,7 @@ class DominoTreeRollout(BaseRollout):
         self._settings = dict(drafter=drafter_config, method=method, budget=budget,
                               node_topk=node_topk, top_m=top_m, **decode_options)
         self.return_features = bool(return_features or drafter_refresh)
+        self.share_prefill = bool(share_prefill)
         return_features = self.return_features
         # get_per_token_logps' temperature: RLCluster's TRAIN rollout config, as its trainer's
         self._logp_temperature = (None if rollout_config is None
@@ -244,10 +251,14 @@ class DominoTreeRollout(BaseRollout):
         # (config, batch size), so each rollout starts from what the previous ones measured
         self._auto_states: dict[tuple, Any] = {}
 
-        def run(params, prompt_BT, lengths_B, key, auto_state, *, config):
+        def run(params, prompt_BT, lengths_B, prompt_rows, key, auto_state, row_stops_BK, *,
+                config):
             self.traces.append(config)   # Python side effect: once per compilation
+            if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):   # key data (uint32)
+                key = jax.random.wrap_key_data(key)
             return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
-                          auto_state=auto_state)
+                          auto_state=auto_state, row_stop_ids=row_stops_BK,
+                          prompt_rows=prompt_rows)
 
         def logps(target_params, prompt_BT, completion_BY, pad_id, temperature):
             self.logp_traces.append(prompt_BT.shape + completion_BY.shape)
@@ -264,17 +275,27 @@ class DominoTreeRollout(BaseRollout):
 
     # ------------------------------------------------------------------ BaseRollout
     def generate(self, prompts: Sequence[str | Sequence[int]], rollout_config: RolloutConfig,
-                 **kwargs) -> RolloutOutput:
-        """Sample completions of ``prompts`` (strings, or token-id lists used as they are)."""
+                 stop_tokens: Sequence[Sequence[int]] | None = None, **kwargs) -> RolloutOutput:
+        """Sample completions of ``prompts`` (strings, or token-id lists used as they are).
+        ``stop_tokens``: optional per-prompt stop ids (one list per prompt, may be empty), on
+        top of the ``rollout_config``'s (EOS, pad); a completion ends at (and drops) the first
+        one of either. (The lists are a runtime ``[B, K]`` array: ``K`` is rounded up to a
+        power of two, one compilation per ``K``.)"""
         if len(prompts) == 0:
             raise ValueError("generate needs at least one prompt")
         rc = rollout_config
         ids = [self._encode(p) for p in prompts]
+        place = BatchPlacement.of(self._params["target"])
+        if place.multi_process and self.refresher is not None:
+            raise ValueError("drafter_refresh is not supported on a multi-process mesh (the "
+                             "refresh step would train on every process's rows; untested)")
         width = max(int(rc.max_prompt_length), 1)
-        longest = max(len(p) for p in ids)
+        B, longest = place.agree(len(ids), max(len(p) for p in ids))  # the same in every process
+        if B != len(ids):
+            raise ValueError(f"every process must generate the same number of prompts; this "
+                             f"one has {len(ids)}, another {B}")
         if longest > width:  # tunix's sampler widens (never truncates) the prompt window
             width = _next_pow2(longest)
-        B = len(ids)
         pad = self.pad_id() if self._tok is not None else 0
         # what the target conditions on: under "drop" the trainer skips every pad id
         cond = ids
@@ -287,31 +308,44 @@ class DominoTreeRollout(BaseRollout):
             left_BT[b, width - len(p):] = p
         lengths_B = np.array([len(c) for c in cond], np.int32)
         stop = self._stop_ids(rc)
+        row_stops_BK = self._row_stops(stop_tokens, len(ids), place)
         config = self.decode_config(rc)
         key = self._key_for(rc.seed)
         t0 = time.perf_counter()
-        state_key = (config, B)
+        rows = place.global_rows(B)
+        state_key = (config, rows)
         state = None
         if config.is_auto:
-            state = self._auto_states.get(state_key) or initial_state(config, B)
-        out = self._decode(self._params, jnp.asarray(prompt_BT), jnp.asarray(lengths_B), key,
-                           state, config=config)
+            state = self._auto_states.get(state_key) or initial_state(config, rows)
+        if place.multi_process:   # host values every process holds alike: replicated
+            key = np.asarray(jax.random.key_data(key))
+            state = None if state is None else jax.tree.map(np.asarray, state)
+        prompt_in, lengths_in = place.put(prompt_BT), place.put(lengths_B)
+        shared = self._shared_prefill(prompt_BT, lengths_B, place)
+        if shared is None:
+            args = (prompt_in, lengths_in, None)
+        else:   # each distinct prompt prefilled once, then copied to its rows
+            args = tuple(place.put(x) for x in shared)
+        out = self._decode(self._params, *args, key, state,
+                           None if row_stops_BK is None else place.put(row_stops_BK),
+                           config=config)
         jax.block_until_ready(out.tokens)
         if config.is_auto:
             self._auto_states[state_key] = out.auto_state
-        self.last = LastRollout(jnp.asarray(prompt_BT), jnp.asarray(lengths_B), out,
+        self.last = LastRollout(jnp.asarray(prompt_in), jnp.asarray(lengths_in), out,
                                 time.perf_counter() - t0)
         if rc.temperature is not None:
             self._last_temperature = float(rc.temperature)
         if self.refresher is not None:
             self._refresh()
-        tokens_BN = np.asarray(out.tokens)
-        n_B = np.asarray(out.num_tokens)
-        logp_BN = np.asarray(out.logprobs) if rc.return_logprobs else None
+        tokens_BN = place.local(out.tokens)   # this process's rows
+        n_B = place.local(out.num_tokens)
+        logp_BN = place.local(out.logprobs) if rc.return_logprobs else None
         tokens, logprobs, text = [], [], []
         for b in range(B):
             row = tokens_BN[b, :n_B[b]]
-            hit = np.flatnonzero(np.isin(row, stop))
+            hit = np.flatnonzero(np.isin(row, stop) | (
+                False if row_stops_BK is None else np.isin(row, row_stops_BK[b])))
             end = int(hit[0]) if hit.size else len(row)   # tunix drops the EOS token
             tokens.append(row[:end].copy())
             if logp_BN is not None:
@@ -332,6 +366,13 @@ class DominoTreeRollout(BaseRollout):
             temperature = self._logp_temperature
         if temperature is None:
             temperature = self._last_temperature
+        place = BatchPlacement.of(self._params["target"])
+        if place.multi_process:   # this process's rows in, its rows out
+            prompt, completion = (place.put(np.asarray(x, np.int32))
+                                  for x in (prompt_tokens, completion_tokens))
+            return jnp.asarray(place.local(self._logps(
+                self._params["target"], prompt, completion, pad_id=int(self.pad_id()),
+                temperature=float(temperature))))
         prompt, completion = without_explicit_axes(
             (jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(completion_tokens, jnp.int32)))
         return self._logps(self._params["target"], prompt, completion,
@@ -418,6 +459,39 @@ class DominoTreeRollout(BaseRollout):
                             return_logprobs=bool(rc.return_logprobs),
                             logprobs_filtered=False,
                             return_features=self.return_features, **self._settings)
+
+    def _shared_prefill(self, prompt_BT, lengths_B, place: BatchPlacement):
+        """``(distinct prompts [U, T], their lengths [U], each row's prompt [B])`` when some
+        rows repeat a prompt (GRPO's G samples) and ``share_prefill`` is on, else None (also
+        on a multi-process mesh, where each process would hold another ``U``)."""
+        if not self.share_prefill or place.multi_process:
+            return None
+        first: dict[bytes, int] = {}
+        rows_B = np.array([first.setdefault(prompt_BT[b, :n].tobytes(), len(first))
+                           for b, n in enumerate(lengths_B)], np.int32)
+        if len(first) == len(rows_B):
+            return None
+        distinct = np.unique(rows_B, return_index=True)[1]   # first row of each prompt
+        return prompt_BT[distinct], lengths_B[distinct], rows_B
+
+    def _row_stops(self, stop_tokens, B: int, place: BatchPlacement) -> np.ndarray | None:
+        """``stop_tokens`` (one list per prompt) as a ``[B, K]`` int32 array, -1-padded, ``K``
+        a power of two (the same in every process)."""
+        if stop_tokens is None:
+            return None
+        if len(stop_tokens) != B:
+            raise ValueError(f"stop_tokens needs one list per prompt: {len(stop_tokens)} lists "
+                             f"for {B} prompts")
+        rows = [[int(t) for t in np.asarray(r).reshape(-1)] for r in stop_tokens]
+        bad = sorted({t for r in rows for t in r if not 0 <= t < self.tcfg.vocab_size})
+        if bad:
+            raise ValueError(f"stop_tokens outside the vocabulary [0, {self.tcfg.vocab_size}): "
+                             f"{bad[:10]}")
+        (longest,) = place.agree(max(len(r) for r in rows))
+        out_BK = np.full((B, _next_pow2(max(longest, 1))), -1, np.int32)
+        for b, r in enumerate(rows):
+            out_BK[b, :len(r)] = r
+        return out_BK
 
     def _stop_ids(self, rc: RolloutConfig) -> tuple[int, ...]:
         stop = [int(t) for t in rc.eos_tokens] if rc.eos_tokens else (

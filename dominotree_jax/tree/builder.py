@@ -45,6 +45,7 @@ import jax.numpy as jnp
 
 from dominotree_jax.domino_head import (DominoHeadWeights, expand_split, gru_advance,
                                         gru_root_state, split_projection)
+from dominotree_jax.fence import fenced
 from dominotree_jax.tree.topk import vocab_top_k
 from pallas_kernels.topm_expand import (MAX_KERNEL_M, MAX_KERNEL_TOPK, pad_operands,
                                         resolve_use_pallas)
@@ -76,10 +77,10 @@ class Tree(NamedTuple):
 
 def _top_k(x_sV: jax.Array, k: int):
     """``lax.top_k`` (two stages on a GPU: ``tree/topk.py``, no full-vocabulary sort) behind an
-    optimization barrier. Without it XLA:CPU may fuse consumers of the sliced result into the
-    sort that ``top_k`` is decomposed into, which then no longer matches its fast TopK rewrite
-    and runs as a full sort of the vocabulary (~100x slower)."""
-    return jax.lax.optimization_barrier(vocab_top_k(x_sV, k))
+    optimization barrier per output (``dominotree_jax.fence``: without them XLA:CPU may fuse
+    consumers of the sliced result into the sort that ``top_k`` is decomposed into, which then
+    runs as a full sort of the vocabulary, ~100x slower)."""
+    return fenced(*vocab_top_k(x_sV, k))
 
 
 def check_settings(J: int, V: int, *, method: str, budget: int, node_topk: int, top_m: int,
