@@ -3,7 +3,7 @@ tunix rollout engine on the real SmolLM2-135M pair (released drafter), side by s
 process: ``DominoTreeRollout(share_prefill=True / False)``, the same prompts, seeds and
 settings; the samples are checked equal.
 
-    python benchmarks/bench_shared_prefill.py --prompts 4 --group 4 --new 32 --repeat 3
+    python -m benchmarks.bench_shared_prefill --prompts 4 --group 4 --new 32 --repeat 3
 
 Prints one line per setting (median wall seconds of ``generate`` over ``--repeat`` calls after
 a compiling one) and the ratio. Pause other CPU work while it runs.

@@ -5,7 +5,7 @@ the optimised HLO, the entry computation's fusions that output a float32 array o
 shape (the hoisted bf16 -> float32 converts, run once per call) and the lines of the
 ``while`` body that name a bf16 weight shape (a convert or product inside the loop).
 
-    python benchmarks/hlo_weight_converts.py [--dtype bfloat16]
+    python -m benchmarks.hlo_weight_converts [--dtype bfloat16]
 """
 
 from __future__ import annotations
