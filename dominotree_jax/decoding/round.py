@@ -283,6 +283,8 @@ def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, dra
     size = static_size(config, policy)
     if size is not None:
         result = fixed_round(inp, size=size, config=config, target=target, drafter=drafter)
+        if policy is not None:   # budget="auto" that can never pay: plain steps, state kept
+            result = result._replace(auto=state.auto)
     else:
         result = auto_round(inp, state.auto, live_B=~state.done_B, policy=policy,
                             config=config, target=target, drafter=drafter)
