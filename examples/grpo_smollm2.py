@@ -1,35 +1,47 @@
-"""GRPO with DominoTree rollouts: SmolLM2-135M-Instruct learns to answer additions exactly,
-and its drafter either stays frozen or follows the policy.
+"""GRPO on SmolLM2-135M-Instruct through tunix's ``GRPOLearner`` / ``RLCluster``, rollouts by
+``DominoTreeRollout``: plain autoregressive (``ar``) vs DominoTree ``budget="auto"`` (``auto``)
+vs ``budget="auto"`` with the engine's drafter refresh (``auto+refresh``).
 
-Each step draws ``--prompts`` addition questions ("What is 37 + 18? Reply with only the
-number."), samples ``--group`` completions of each at temperature 1 with the tunix rollout
-engine (``DominoTreeRollout``: speculative decoding, lossless, so the samples are exactly the
-policy's), rewards 1 when a completion's answer (the integer after its last "=", else its
-first integer) is exactly the sum, normalises rewards within each group (advantages), and
-takes one AdamW step on the clipped policy-gradient objective with log-probs from a
-differentiable teacher-forced forward. The rollout's own log-probs are the old-policy
-log-probs (the printed gap to the teacher-forced ones is ~1e-6).
+Task: arithmetic word problems generated from ``--seed`` ("Mia has 7 apples and gets 5
+more. How many apples does Mia have now? Answer with only the number."), each asked in the
+model's chat template; reward 1 when the completion's final number is exactly the answer.
+Every step: ``--prompts`` problems x a group of ``--group`` samples (``--prompts 4 --group 4``
+= 16 rollouts) at ``--temperature``, at most ``--max-new`` new tokens, one tunix GRPO update
+(policy and reference are ``TunixCausalLM`` wrappers of the loaded target, 1-device CPU mesh).
+RLCluster rolls a step out in calls of ``--rollout-prompts`` prompts x the group (default 1 x 4:
+a decode batch of 4, where drafting pays on a CPU; at batch 16 the default cost model makes
+``budget="auto"`` take plain steps only).
+Every arm gets the same seed: the same problems in the same order, the same initial policy and
+drafter, the same engine seed.
 
-Drafter: ``--drafter frozen`` keeps the shipped drafter. ``--drafter refresh`` takes one
-drafter step per RL step on the rollout's own tapped target features (``decode(...,
-return_features=True)``: no extra target forward; the offline training loss) and loads the
-new drafter into the engine every ``--refresh-every`` steps. Both runs log, per step: reward,
-live acceptance τ (tokens per target forward), rollout tokens/s and compile counts; the refresh
-run also logs the teacher-forced chain τ of the frozen and of the current drafter on each step's
-fresh rollouts (before the step trains on them).
+Per step the arm's CSV (``<out>/<arm>.csv``) gets one row: reward mean, rollout seconds,
+rollout tokens, tokens/s, mean τ (tokens per target forward), mean draft size, the refresh
+step's seconds / loss / chain τ before it / XLA temp bytes / logits bytes, the wall seconds of
+the whole step, and ``os.getloadavg()[0]`` (other jobs on the machine slow the rollouts: read
+tokens/s next to it).
 
-    nice -n 10 python examples/grpo_smollm2.py --drafter frozen  --out benchmarks/results/grpo
-    nice -n 10 python examples/grpo_smollm2.py --drafter refresh --out benchmarks/results/grpo
-    python examples/grpo_smollm2.py --report benchmarks/results/grpo   # table + plot
+Resume: tunix's learner state (policy, optimizer, the engine's auto-policy state and refreshed
+drafter) is not checkpointed here, so an arm is the unit: rerunning the same command skips
+every arm whose CSV already holds ``--steps`` rows and reruns an incomplete arm from step 0
+(its partial CSV is replaced). Settings are stored next to the CSVs (``settings.json``); a
+rerun with other settings into the same ``--out`` is refused.
 
-``--model tiny`` runs the same loop on a tiny random model with a character tokenizer
-(``tests/test_rl_example.py``).
+    python examples/grpo_smollm2.py --out benchmarks/results/rl --steps 60   # all arms
+    python examples/grpo_smollm2.py --out DIR --arms ar,auto                 # a subset
+    python examples/grpo_smollm2.py --report benchmarks/results/rl           # plot + table
+    python examples/grpo_smollm2.py --speed DIR [--policy NAME=FILE.npz]     # ar vs auto
+
+``--speed`` times ``ar`` and ``auto`` rollouts of the same prompts with the same policy weights
+(the initial ones, then each policy saved by ``--save-dir``) in one process, alternating, for a
+load-free tokens/s comparison (run it with nothing else on the machine).
+``--model tiny`` runs everything on a tiny random model (``tests/test_rl_example.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import os
 import random
@@ -41,45 +53,68 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dominotree_jax.rollout import DominoTreeRollout, RolloutConfig, completion_logprobs
-from dominotree_jax.rollout.drafter_refresh import DrafterRefresher
+from dominotree_jax.rollout import DominoTreeRollout, RolloutConfig, TunixCausalLM
 
-FIELDS = ("step", "reward", "tau", "tok_s", "rollout_s", "update_s", "tokens", "chain_tau_frozen",
-          "chain_tau_current", "drafter_loss", "logprob_gap", "rollout_compiles",
-          "update_compiles", "refresh_compiles")
-QUESTION = "What is {a} + {b}? Reply with only the number."
+ARMS = ("ar", "auto", "auto+refresh")
+FIELDS = ("arm", "step", "reward_mean", "rollout_s", "rollout_tokens", "tokens_per_s", "tau",
+          "draft_size", "refresh_s", "refresh_loss", "refresh_chain_tau_before",
+          "refresh_temp_bytes", "refresh_logits_bytes", "completion_len", "rollout_calls",
+          "compiles", "step_wall_s", "loadavg_1m", "time_utc")
 FAST_XLA = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+SUFFIX = " Answer with only the number."
+NAMES = ("Mia", "Tom", "Ana", "Sam", "Lea", "Ben", "Zoe", "Max")
+ITEMS = ("apples", "pencils", "stickers", "marbles", "books", "cookies")
 
 
 # ---------------------------------------------------------------------------- task
-def questions(rng: random.Random, n: int, lo: int, hi: int) -> list[tuple[int, int]]:
-    return [(rng.randint(lo, hi), rng.randint(lo, hi)) for _ in range(n)]
+def word_problem(rng: random.Random) -> tuple[str, int]:
+    """One small arithmetic word problem and its answer."""
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    kind = rng.randrange(3)
+    if kind == 0:
+        a, b = rng.randint(2, 20), rng.randint(2, 20)
+        return f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have " \
+               f"now?", a + b
+    if kind == 1:
+        a = rng.randint(5, 30)
+        b = rng.randint(1, a - 1)
+        return f"{name} has {a} {item} and gives away {b}. How many {item} are left?", a - b
+    a, b = rng.randint(2, 9), rng.randint(2, 9)
+    return f"{name} has {a} bags with {b} {item} in each bag. How many {item} does {name} " \
+           f"have?", a * b
 
 
-def answer(text: str) -> int | None:
-    """The completion's answer: the integer after its last "=", else its first integer."""
-    tail = text.rsplit("=", 1)[1] if "=" in text else text
-    m = re.search(r"-?\d+", tail)
-    return int(m.group()) if m else None
+def final_number(text: str) -> int | None:
+    """The last integer in ``text`` (thousands commas allowed), or None."""
+    found = re.findall(r"-?\d[\d,]*", text)
+    if not found:
+        return None
+    digits = found[-1].replace(",", "")
+    return int(digits) if digits.lstrip("-") else None
 
 
-def reward(text: str, a: int, b: int) -> float:
-    """1 when the answer is exactly ``a + b``, else 0."""
-    return float(answer(text) == a + b)
+def rewards(completions, answer) -> list[float]:
+    """1 where a completion's final number is exactly its answer, else 0."""
+    return [float(final_number(c) == int(a)) for c, a in zip(completions, answer)]
 
 
-def group_advantages(r_B: np.ndarray, group: int) -> np.ndarray:
-    r_PG = r_B.reshape(-1, group)
-    return ((r_PG - r_PG.mean(1, keepdims=True)) / (r_PG.std(1, keepdims=True) + 1e-4)).ravel()
+def batches(seed: int, steps: int, prompts: int, as_prompt):
+    """``steps`` tunix training inputs: ``prompts`` problems each (``as_prompt(question)`` is
+    what the engine is given), with their answers; the same for every arm of a seed."""
+    rng = random.Random(seed)
+    for _ in range(steps):
+        qs = [word_problem(rng) for _ in range(prompts)]
+        yield {"prompts": np.array([as_prompt(q + SUFFIX) for q, _ in qs]),
+               "answer": np.array([a for _, a in qs])}
 
 
 # ---------------------------------------------------------------------------- models
 class CharTokenizer:
-    """Characters of the task text as ids 2.. (0 pad, 1 end): for the tiny random model."""
-    CHARS = "0123456789+-=?. abcdefghijklmnopqrstuvwxyzWR"
+    """Characters as ids 2.. (0 pad, 1 end), tunix's tokenizer methods: the tiny model's."""
+    CHARS = "0123456789+-=?.,* abcdefghijklmnopqrstuvwxyz"
 
     def encode(self, text, **kw):
-        return [2 + self.CHARS.index(c) for c in text if c in self.CHARS]
+        return [2 + self.CHARS.index(c) for c in text.lower() if c in self.CHARS]
 
     def decode(self, ids, **kw):
         return "".join(self.CHARS[i - 2] for i in ids if 2 <= i < 2 + len(self.CHARS))
@@ -95,21 +130,24 @@ class CharTokenizer:
 
 
 class Task:
-    """Models, tokenizer and prompt encoding for ``--model smollm2`` or ``tiny``."""
+    """Target config/params, drafter, tokenizer, stop ids, prompt formatting and auto costs for
+    ``smollm2`` (the shipped pair) or ``tiny`` (random 2-layer models, character tokenizer)."""
 
     def __init__(self, kind: str):
         if kind == "smollm2":
             import dominotree_jax as dj
             from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path
             pair = dj.load_pair(smollm2_gguf_path(), smollm2_drafter_path())
-            self.target, self.tokenizer = pair.target, pair.target.tokenizer
-            self.tcfg, self.tparams = pair.target.config, pair.target.params
+            tok = pair.target.tokenizer
+            self.tokenizer, self.tcfg, self.tparams = tok, pair.target.config, pair.target.params
             self.dcfg, self.dparams = pair.drafter_config, pair.drafter_params
             self.stop_ids = list(pair.target.eos_ids)
-            self.encode = pair.target.chat_prompt
-            self.operands, self.compiler_options = (1, 9), None
+            self.auto = pair.config("dominotree", budget="auto")   # calibrated costs, if any
+            self.as_prompt = functools.partial(_chat_text, tok)
+            self.prompt_width, self.compiler_options = 64, None
         elif kind == "tiny":
             from dominotree_jax.config import DrafterConfig, TargetConfig
+            from dominotree_jax.decoding.config import DecodeConfig
             from dominotree_jax.model.drafter import init_drafter_params
             from dominotree_jax.model.target import init_target_params
             self.tcfg = TargetConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
@@ -124,187 +162,337 @@ class Task:
             self.tparams = init_target_params(self.tcfg, 0)
             self.dparams = init_drafter_params(self.dcfg, 1)
             self.tokenizer = CharTokenizer()
-            self.target = None
             self.stop_ids = [1]
-            self.encode = self.tokenizer.encode
-            self.operands, self.compiler_options = (1, 9), FAST_XLA
+            self.auto = DecodeConfig(target=self.tcfg, drafter=self.dcfg, method="dominotree",
+                                     budget="auto", node_topk=3, top_m=16,
+                                     auto_sizes=(0, 2, 4, 6))
+            self.as_prompt = lambda text: text[:40]   # short prompts for the tiny test
+            self.prompt_width, self.compiler_options = 64, FAST_XLA
         else:
             raise ValueError(f"unknown model {kind!r}: smollm2 or tiny")
+        self.pad_id = int(self.tokenizer.pad_token_id if hasattr(self.tokenizer, "pad_token_id")
+                          and self.tokenizer.pad_token_id is not None else
+                          (self.tokenizer.eos_token_id if hasattr(self.tokenizer, "eos_token_id")
+                           else self.tokenizer.pad_id()))
+
+    def engine_options(self, arm: str, refresh: dict) -> dict:
+        """``DominoTreeRollout`` keyword arguments of an arm."""
+        if arm == "ar":
+            return dict(method="ar")
+        a = self.auto
+        opts = dict(method="dominotree", budget="auto", node_topk=a.node_topk, top_m=a.top_m,
+                    auto_costs=a.auto_costs, auto_sizes=a.auto_sizes)
+        if arm == "auto+refresh":
+            opts["drafter_refresh"] = dict(refresh)
+        elif arm != "auto":
+            raise ValueError(f"unknown arm {arm!r}: one of {ARMS}")
+        return opts
 
 
-# ---------------------------------------------------------------------------- GRPO step
-def make_update(tcfg, opt, clip_eps: float, traces: list):
-    """Jitted ``update(params, opt_state, prompt_BT, lengths_B, tokens_BN, num_B, old_BN,
-    adv_B)``: one step on the clipped objective, sequence-mean over tokens, batch mean."""
-
-    def update(params, opt_state, prompt_BT, lengths_B, tokens_BN, num_B, old_BN, adv_B):
-        traces.append(tokens_BN.shape)   # once per compilation
-        T = prompt_BT.shape[1]
-        prompt_valid_BT = jnp.arange(T)[None] < lengths_B[:, None]
-        valid_BN = jnp.arange(tokens_BN.shape[1])[None] < num_B[:, None]
-        toks_BN = jnp.maximum(tokens_BN, 0)
-
-        def loss_fn(p):
-            logp_BN = completion_logprobs(p, tcfg, prompt_BT, toks_BN, prompt_valid_BT,
-                                          valid_BN)
-            ratio_BN = jnp.exp(logp_BN - old_BN)
-            obj_BN = jnp.minimum(ratio_BN * adv_B[:, None],
-                                 jnp.clip(ratio_BN, 1 - clip_eps, 1 + clip_eps) * adv_B[:, None])
-            per_row = jnp.sum(jnp.where(valid_BN, obj_BN, 0), 1) / jnp.maximum(num_B, 1)
-            return -jnp.mean(per_row), logp_BN
-
-        (loss, logp_BN), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        gap = jnp.max(jnp.where(valid_BN, jnp.abs(logp_BN - old_BN), 0))
-        return optax.apply_updates(params, updates), opt_state, loss, gap
-
-    return jax.jit(update, donate_argnums=(1,))   # (the engine holds the parameters)
+def _chat_text(tokenizer, question: str) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": question}],
+                                         add_generation_prompt=True, tokenize=False)
 
 
-# ---------------------------------------------------------------------------- the loop
-def main(model: str = "smollm2", steps: int = 30, prompts: int = 4, group: int = 4,
-         max_new: int = 12, lr: float = 2e-5, drafter: str = "frozen", refresh_every: int = 4,
-         drafter_lr: float = 3e-4, seed: int = 0, budget: int = 16, node_topk: int = 4,
-         top_m: int = 32, out: str | None = None, verbose: bool = True) -> dict:
-    if drafter not in ("frozen", "refresh"):
-        raise ValueError(f"--drafter must be frozen or refresh, got {drafter!r}")
-    task = Task(model)
-    eng = DominoTreeRollout(rollout_actor=task.target or _Bundle(task.tcfg, task.tparams),
-                            tokenizer=task.tokenizer, drafter_config=task.dcfg,
-                            drafter_params=task.dparams, method="dominotree", budget=budget,
-                            node_topk=node_topk, top_m=top_m, seed=seed,
-                            return_features=drafter == "refresh",
-                            compiler_options=task.compiler_options)
-    rc = RolloutConfig(max_tokens_to_generate=max_new, temperature=1.0, top_p=1.0, top_k=None,
-                       max_prompt_length=48 if model == "smollm2" else 24,
-                       eos_tokens=task.stop_ids, return_logprobs=True, seed=None)
-    opt = optax.adamw(lr, b1=0.9, b2=0.99, weight_decay=0.0)
-    params = eng.params["target"]
-    opt_state = opt.init(params)
-    update_traces: list = []
-    update = make_update(task.tcfg, opt, 0.2, update_traces)
-    refresher = frozen_flat = None
-    if drafter == "refresh":
-        refresher = DrafterRefresher(task.dcfg, task.tcfg, task.dparams, lr=drafter_lr,
-                                     compiler_options=task.compiler_options)
-        frozen_flat = jax.tree.map(jnp.copy, refresher.flat)
+# ---------------------------------------------------------------------------- one arm
+class LoggedRollout(DominoTreeRollout):
+    """The engine, summing each rollout call's figures until ``take`` (RLCluster calls
+    ``generate`` once per rollout micro-batch: ``--rollout-prompts`` prompts x the group)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.calls: list[dict] = []
+
+    def generate(self, prompts, rollout_config, **kw):
+        out = super().generate(prompts, rollout_config, **kw)
+        last = self.last
+        refresh = self.refresh_log[-1] if self.refresher is not None else {}
+        self.calls.append({"seconds": last.seconds, "tokens": last.num_tokens,
+                           "accepted": int(np.sum(np.asarray(last.out.accept_lengths))),
+                           "rounds": int(np.sum(np.asarray(last.out.num_rounds))),
+                           "draft_size": last.mean_draft_size, "refresh": refresh})
+        return out
+
+    def take(self) -> list[dict]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+class StepLog:
+    """A tunix metric function (called once per step here, after all of the step's rollout
+    calls) that appends the step's row to the arm's CSV and hands the engine's metrics to
+    tunix's logger."""
+
+    def __init__(self, path: str, arm: str, engine_ref: list):
+        self.path, self.arm, self.engine_ref = path, arm, engine_ref
+        self.step = 0
+        self.t_prev = time.perf_counter()
+        with open(path, "w", newline="") as f:
+            csv.DictWriter(f, FIELDS).writeheader()
+
+    def __call__(self, prompts, completions, rewards, **unused):
+        eng = self.engine_ref[0]
+        calls = eng.take()
+        now = time.perf_counter()
+        refresh = [c["refresh"] for c in calls if c["refresh"]]
+        seconds = sum(c["seconds"] for c in calls)
+        tokens = sum(c["tokens"] for c in calls)
+
+        def rsum(key):
+            return sum(r[key] for r in refresh) if refresh else ""
+
+        def rmax(key):
+            return max(r.get(key, 0) for r in refresh) if refresh else ""
+        row = {"arm": self.arm, "step": self.step, "reward_mean": float(np.mean(rewards)),
+               "rollout_s": seconds, "rollout_tokens": tokens, "tokens_per_s": tokens / seconds,
+               "tau": sum(c["accepted"] for c in calls) / max(sum(c["rounds"] for c in calls),
+                                                              1),
+               "draft_size": float(np.mean([c["draft_size"] for c in calls])),
+               "refresh_s": rsum("seconds"),
+               "refresh_loss": float(np.mean([r["loss"] for r in refresh])) if refresh else "",
+               "refresh_chain_tau_before": float(np.mean([r["chain_tau_before"]
+                                                          for r in refresh])) if refresh else "",
+               "refresh_temp_bytes": rmax("temp_bytes"),
+               "refresh_logits_bytes": rmax("logits_bytes"),
+               "completion_len": float(np.mean([len(c) for c in completions])),
+               "rollout_calls": len(calls), "compiles": eng.num_compilations,
+               "step_wall_s": now - self.t_prev, "loadavg_1m": os.getloadavg()[0],
+               "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.t_prev = now
+        with open(self.path, "a", newline="") as f:
+            csv.DictWriter(f, FIELDS).writerow(row)
+        self.step += 1
+        print(f"[{self.arm}] step {row['step']:3d} reward {row['reward_mean']:.3f} tau "
+              f"{row['tau']:.2f} size {row['draft_size']:.1f} {row['tokens_per_s']:.1f} tok/s "
+              f"(rollout {seconds:.1f}s, step {row['step_wall_s']:.1f}s, compiles "
+              f"{row['compiles']}, load {row['loadavg_1m']:.2f})", flush=True)
+        return eng.tunix_metrics()
+
+
+def run_arm(task: Task, arm: str, settings: dict, csv_path: str,
+            save_dir: str | None = None) -> DominoTreeRollout:
+    """One arm: ``settings["steps"]`` GRPO steps of tunix's learner; returns the engine."""
+    from tunix.rl import rl_cluster as rl_cluster_lib
+    from tunix.rl.grpo import grpo_learner
+    from tunix.rl.rollout import base_rollout
+
+    s = settings
+    pad = task.pad_id
+    policy = TunixCausalLM.from_params(task.tcfg, task.tparams, pad)
+    reference = TunixCausalLM.from_params(task.tcfg, jax.tree.map(jnp.copy, task.tparams), pad)
+    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    Role = rl_cluster_lib.Role
+    engine = functools.partial(
+        LoggedRollout, drafter_config=task.dcfg, drafter_params=task.dparams,
+        seed=s["seed"], compiler_options=task.compiler_options,
+        **task.engine_options(arm, s["refresh"]))
+    cluster = rl_cluster_lib.RLCluster(
+        actor=policy, reference=reference, tokenizer=task.tokenizer,
+        cluster_config=rl_cluster_lib.ClusterConfig(
+            role_to_mesh={Role.ACTOR: mesh, Role.REFERENCE: mesh, Role.ROLLOUT: mesh},
+            rollout_engine=engine,
+            training_config=rl_cluster_lib.RLTrainingConfig(
+                actor_optimizer=optax.chain(optax.clip_by_global_norm(1.0),
+                                            optax.adamw(s["lr"], b1=0.9, b2=0.99,
+                                                        weight_decay=0.0)),
+                eval_every_n_steps=10**9, max_steps=s["steps"],
+                rollout_micro_batch_size=s["rollout_prompts"]),
+            rollout_config=base_rollout.RolloutConfig(
+                max_tokens_to_generate=s["max_new"], max_prompt_length=task.prompt_width,
+                temperature=s["temperature"], top_p=1.0, top_k=None, seed=None,
+                eos_tokens=task.stop_ids)))
+    engine_ref = [cluster.rollout]
+    log = StepLog(csv_path, arm, engine_ref)
+    learner = grpo_learner.GRPOLearner(
+        rl_cluster=cluster, metric_fns=[log],
+        reward_fns=lambda prompts, completions, answer, **kw: rewards(completions, answer),
+        algo_config=grpo_learner.GRPOConfig(num_generations=s["group"], num_iterations=1,
+                                            beta=s["beta"]))
+    learner.train(batches(s["seed"], s["steps"], s["prompts"], task.as_prompt))
+    eng = cluster.rollout
+    if save_dir:   # the trained policy (and drafter) for --speed
+        from dominotree_jax.model.state import state_to_flat
+        os.makedirs(save_dir, exist_ok=True)
+        np.savez(os.path.join(save_dir, f"{arm}_policy.npz"),
+                 **state_to_flat(eng.params["target"]))
+        if eng.refresher is not None:
+            np.savez(os.path.join(save_dir, f"{arm}_drafter.npz"),
+                     **state_to_flat(eng.params["drafter"]))
+    return eng
+
+
+def completed_steps(csv_path: str) -> int:
+    if not os.path.exists(csv_path):
+        return 0
+    with open(csv_path) as f:
+        return sum(1 for _ in csv.DictReader(f))
+
+
+def main(model: str = "smollm2", arms=ARMS, steps: int = 60, prompts: int = 4, group: int = 4,
+         max_new: int = 48, temperature: float = 0.9, lr: float = 3e-5, beta: float = 0.04,
+         seed: int = 0, refresh: dict | None = None, out: str = "benchmarks/results/rl",
+         save_dir: str | None = None, rollout_prompts: int = 1) -> dict:
+    """Run the arms not yet complete in ``out``; returns ``{arm: rows run now (0 = skipped)}``."""
+    for arm in arms:
+        if arm not in ARMS:
+            raise ValueError(f"unknown arm {arm!r}: one of {ARMS}")
+    if prompts % rollout_prompts:
+        raise ValueError(f"--rollout-prompts {rollout_prompts} must divide --prompts {prompts}")
+    if group < 2:
+        raise ValueError(f"GRPO needs a group of at least 2 samples, got {group}")
+    refresh = dict(lr=3e-4, anchors=4, rows=None) if refresh is None else refresh
     settings = dict(model=model, steps=steps, prompts=prompts, group=group, max_new=max_new,
-                    lr=lr, drafter=drafter, refresh_every=refresh_every, drafter_lr=drafter_lr,
-                    seed=seed, budget=budget, node_topk=node_topk, top_m=top_m)
-    rng = random.Random(seed)
-    key = jax.random.key(seed + 1)
-    rows = []
-    for step in range(steps):
-        qs = questions(rng, prompts, *task.operands)
-        ids = [task.encode(QUESTION.format(a=a, b=b)) for a, b in qs for _ in range(group)]
-        res = eng.generate(ids, rc)
-        last = eng.last
-        r_B = np.array([reward(t, a, b) for t, (a, b) in
-                        zip(res.text, [q for q in qs for _ in range(group)])])
-        adv_B = jnp.asarray(group_advantages(r_B, group), jnp.float32)
-        t0 = time.perf_counter()
-        params, opt_state, loss, gap = update(params, opt_state, last.prompt_BT, last.lengths_B,
-                                              last.out.tokens, last.out.num_tokens,
-                                              last.out.logprobs, adv_B)
-        jax.block_until_ready(params)
-        update_s = time.perf_counter() - t0
-        eng.update_params(params)
-        # drafter: acceptance of the frozen and the current drafter on these fresh rollouts
-        key, k_eval, k_step = jax.random.split(key, 3)
-        tau_frozen = tau_current = d_loss = float("nan")   # (a frozen run has no features)
-        if drafter == "refresh":
-            tau_frozen = refresher.chain_tau(params, last, k_eval, flat=frozen_flat)
-            tau_current = refresher.chain_tau(params, last, k_eval)
-            d_loss = refresher.step(params, last, k_step)["loss"]
-            if (step + 1) % refresh_every == 0:
-                eng.update_drafter_params(refresher.state)
-        row = {"step": step, "reward": float(r_B.mean()), "tau": last.tau,
-               "tok_s": last.num_tokens / last.seconds, "rollout_s": last.seconds,
-               "update_s": update_s, "tokens": last.num_tokens,
-               "chain_tau_frozen": tau_frozen, "chain_tau_current": tau_current,
-               "drafter_loss": d_loss, "logprob_gap": float(gap),
-               "rollout_compiles": eng.num_compilations, "update_compiles": len(update_traces),
-               "refresh_compiles": len(refresher.traces) if refresher else 0}
-        rows.append(row)
-        if out:   # after every step, so a run cut short still leaves its table
-            write_run(out, drafter, rows, settings)
-        if verbose:
-            print(f"step {step:3d} reward {row['reward']:.3f} tau {row['tau']:.2f} "
-                  f"({row['tok_s']:.1f} tok/s, rollout {last.seconds:.1f}s, update "
-                  f"{update_s:.1f}s) chain tau frozen {tau_frozen:.2f} current "
-                  f"{tau_current:.2f} |logp gap| {row['logprob_gap']:.1e} compiles "
-                  f"rollout/update/refresh {row['rollout_compiles']}/"
-                  f"{row['update_compiles']}/{row['refresh_compiles']}", flush=True)
-    return {"rows": rows, "compiles": {"rollout": eng.num_compilations,
-                                       "update": len(update_traces),
-                                       "refresh": len(refresher.traces) if refresher else 0}}
-
-
-class _Bundle:
-    """A ``dj.Target``-like pair of config and parameters (what the engine accepts)."""
-
-    def __init__(self, config, params):
-        self.config, self.params = config, params
-
-
-# ---------------------------------------------------------------------------- results
-def write_run(out: str, name: str, rows: list[dict], settings: dict):
+                    temperature=temperature, lr=lr, beta=beta, seed=seed, refresh=refresh,
+                    rollout_prompts=rollout_prompts)
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"{name}.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
-        w.writeheader()
+    spath = os.path.join(out, "settings.json")
+    if os.path.exists(spath):
+        with open(spath) as f:
+            old = json.load(f)
+        if old != settings:
+            raise ValueError(f"{spath} holds other settings ({old}); use another --out or "
+                             "delete it")
+    else:
+        with open(spath, "w") as f:
+            json.dump(settings, f, indent=1)
+    todo = {arm: os.path.join(out, f"{arm}.csv") for arm in arms
+            if completed_steps(os.path.join(out, f"{arm}.csv")) < steps}
+    ran = {arm: 0 for arm in arms}
+    if not todo:
+        print(f"all arms complete in {out}", flush=True)
+        return ran
+    task = Task(model)
+    for arm, path in todo.items():
+        print(f"[{arm}] from step 0 ({completed_steps(path)} rows were there)", flush=True)
+        run_arm(task, arm, settings, path, save_dir)
+        ran[arm] = completed_steps(path)
+    return ran
+
+
+# ---------------------------------------------------------------------------- --speed
+def speed(out: str, model: str = "smollm2", policies=(), reps: int = 3, prompts: int = 4,
+          group: int = 4, max_new: int = 48, temperature: float = 0.9, seed: int = 1234,
+          rollout_prompts: int = 1) -> list[dict]:
+    """``ar`` vs ``auto`` tokens/s on the same prompts, policy weights and sampling keys, in
+    one process, alternating (``reps`` timed rounds after a compiling one), for the initial
+    policy and then each ``(label, path)`` of ``policies`` (``--save-dir`` files, loaded with
+    ``update_params``: no recompilation); rows are appended to ``<out>/speed.csv``."""
+    from dominotree_jax.model.state import state_from_flat
+    task = Task(model)
+    batch = next(batches(seed, 1, prompts, task.as_prompt))
+    texts = [p for p in batch["prompts"] for _ in range(group)]
+    answers = [a for a in batch["answer"] for _ in range(group)]
+    rc = RolloutConfig(max_tokens_to_generate=max_new, max_prompt_length=task.prompt_width,
+                       temperature=temperature, top_p=1.0, top_k=None,
+                       eos_tokens=task.stop_ids, seed=None)
+    engines = {arm: DominoTreeRollout(
+        rollout_actor=TunixCausalLM.from_params(task.tcfg, task.tparams, task.pad_id),
+        tokenizer=task.tokenizer, drafter_config=task.dcfg, drafter_params=task.dparams,
+        compiler_options=task.compiler_options, **task.engine_options(arm, {}))
+        for arm in ("ar", "auto")}
+    chunk = rollout_prompts * group   # the decode batch of the GRPO run
+    rows = []
+    for label, path in (("initial", None), *policies):
+        if path is not None:
+            with np.load(path) as z:
+                tparams = state_from_flat(task.tparams, {k: jnp.asarray(z[k]) for k in z.files})
+            for eng in engines.values():
+                eng.update_params(tparams)
+        for rep in range(reps + 1):
+            for arm, eng in engines.items():
+                seconds = tokens = accepted = rounds = 0
+                texts_out = []
+                for c in range(0, len(texts), chunk):
+                    res = eng.generate(texts[c:c + chunk],
+                                       dataclass_replace(rc, seed=seed + rep))
+                    last = eng.last
+                    seconds += last.seconds
+                    tokens += last.num_tokens
+                    accepted += int(np.sum(np.asarray(last.out.accept_lengths)))
+                    rounds += int(np.sum(np.asarray(last.out.num_rounds)))
+                    texts_out += res.text
+                if rep == 0 and label == "initial":
+                    continue   # compiles
+                rows.append({"policy": label, "arm": arm, "rep": rep, "rollouts": len(texts),
+                             "batch": chunk, "tokens": tokens, "seconds": seconds,
+                             "tokens_per_s": tokens / seconds, "tau": accepted / max(rounds, 1),
+                             "reward_mean": float(np.mean(rewards(texts_out, answers))),
+                             "compiles": eng.num_compilations,
+                             "loadavg_1m": os.getloadavg()[0],
+                             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                print(rows[-1], flush=True)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "speed.csv")
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        if new:
+            w.writeheader()
         w.writerows(rows)
-    with open(os.path.join(out, f"{name}.json"), "w") as f:
-        json.dump({"settings": settings, "rows": rows}, f, indent=1)
+    return rows
+
+
+def dataclass_replace(rc, **kw):
+    import dataclasses
+    return dataclasses.replace(rc, **kw)
+
+
+# ---------------------------------------------------------------------------- --report
+def read_arm(path: str) -> list[dict]:
+    with open(path) as f:
+        return [{k: (float(v) if k not in ("arm", "time_utc") and v != "" else v)
+                 for k, v in r.items()} for r in csv.DictReader(f)]
 
 
 def report(out: str) -> str:
-    """Markdown table + ``grpo.png`` from ``frozen.csv`` and ``refresh.csv`` in ``out``."""
-    runs = {}
-    for name in ("frozen", "refresh"):
-        path = os.path.join(out, f"{name}.csv")
-        if os.path.exists(path):
-            with open(path) as f:
-                runs[name] = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    """A markdown table and ``grpo.png`` (reward, τ, rollout tokens/s vs step) from the arms'
+    CSVs in ``out``."""
+    runs = {arm: read_arm(os.path.join(out, f"{arm}.csv")) for arm in ARMS
+            if os.path.exists(os.path.join(out, f"{arm}.csv"))}
+    runs = {k: v for k, v in runs.items() if v}
     if not runs:
-        raise FileNotFoundError(f"no frozen.csv / refresh.csv in {out}")
-    common = min(len(rows) for rows in runs.values())   # compare the steps both runs reached
-    runs = {name: rows[:common] for name, rows in runs.items()}
-    lines = ["| drafter | steps | reward first 5 → last 5 | live τ first 5 → last 5 | "
-             "chain τ frozen (last 5) | chain τ current (last 5) | rollout tok/s (median) | "
-             "compiles rollout/update/refresh |", "|---|---|---|---|---|---|---|---|"]
-    for name, rows in runs.items():
+        raise FileNotFoundError(f"no arm CSVs in {out}")
+    lines = ["| arm | steps | reward first 10 → last 10 | τ first 10 → last 10 | "
+             "rollout tok/s (median, steps ≥ 1) | rollout s/step (median) | refresh s/step "
+             "(median) | load (median) |", "|---|---|---|---|---|---|---|---|"]
+    for arm, rows in runs.items():
         def m(key, sl):
             return float(np.mean([r[key] for r in rows[sl]]))
-
-        def chain(key):   # a frozen run measures no chain τ
-            v = m(key, slice(-5, None))
-            return "—" if np.isnan(v) else f"{v:.2f}"
-        first, tail = slice(0, 5), slice(-5, None)
+        first, last = slice(0, 10), slice(-10, None)
+        ref = [r["refresh_s"] for r in rows[1:] if r["refresh_s"] != ""]
         lines.append(
-            f"| {name} | {len(rows)} | {m('reward', first):.2f} → {m('reward', tail):.2f} | "
-            f"{m('tau', first):.2f} → {m('tau', tail):.2f} | {chain('chain_tau_frozen')} | "
-            f"{chain('chain_tau_current')} | "
-            f"{np.median([r['tok_s'] for r in rows[1:]]):.1f} | "
-            f"{int(rows[-1]['rollout_compiles'])}/{int(rows[-1]['update_compiles'])}/"
-            f"{int(rows[-1]['refresh_compiles'])} |")
+            f"| {arm} | {len(rows)} | {m('reward_mean', first):.2f} → "
+            f"{m('reward_mean', last):.2f} | {m('tau', first):.2f} → {m('tau', last):.2f} | "
+            f"{np.median([r['tokens_per_s'] for r in rows[1:]]):.1f} | "
+            f"{np.median([r['rollout_s'] for r in rows[1:]]):.1f} | "
+            f"{np.median(ref) if ref else float('nan'):.2f} | "
+            f"{np.median([r['loadavg_1m'] for r in rows]):.2f} |")
+    spath = os.path.join(out, "speed.csv")
+    if os.path.exists(spath):   # the exclusive side-by-side measurement (--speed)
+        with open(spath) as f:
+            srows = list(csv.DictReader(f))
+        lines += ["", "| policy | arm | decode batch | timed calls | tokens/s (median) | τ | "
+                  "reward |", "|---|---|---|---|---|---|---|"]
+        for key in dict.fromkeys((r["policy"], r["arm"]) for r in srows):
+            rs = [r for r in srows if (r["policy"], r["arm"]) == key]
+            lines.append(f"| {key[0]} | {key[1]} | {rs[0]['batch']} | {len(rs)} | "
+                         f"{np.median([float(r['tokens_per_s']) for r in rs]):.1f} | "
+                         f"{np.mean([float(r['tau']) for r in rs]):.2f} | "
+                         f"{np.mean([float(r['reward_mean']) for r in rs]):.2f} |")
     table = "\n".join(lines)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 3, figsize=(14, 3.8))
-    for name, rows in runs.items():
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    for arm, rows in runs.items():
         s = [r["step"] for r in rows]
-        ax[0].plot(s, _smooth([r["reward"] for r in rows]), label=name)
-        ax[1].plot(s, _smooth([r["tau"] for r in rows]), label=f"{name}: live τ")
-        if name == "refresh":
-            ax[2].plot(s, _smooth([r["chain_tau_current"] for r in rows]), label="refreshed")
-            ax[2].plot(s, _smooth([r["chain_tau_frozen"] for r in rows]), "--",
-                       label="frozen (same batches)")
-    for a, t in zip(ax, ("reward (moving mean of 5)", "live τ, T=1 (moving mean of 5)",
-                         "chain τ on each step's fresh rollouts")):
+        ax[0].plot(s, _smooth([r["reward_mean"] for r in rows]), label=arm)
+        ax[1].plot(s, [r["tau"] for r in rows], label=arm)
+        ax[2].plot(s[1:], _smooth([r["tokens_per_s"] for r in rows[1:]]), label=arm)
+    for a, t in zip(ax, ("reward mean (moving mean of 5)", "τ: tokens per target forward",
+                         "rollout tokens/s (moving mean of 5; shared CPU)")):
         a.set_title(t)
-        a.set_xlabel("RL step")
+        a.set_xlabel("GRPO step")
         a.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "grpo.png"), dpi=110)
@@ -321,20 +509,35 @@ def _smooth(x, w: int = 5):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {ARMS}")
+    ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=4)
-    ap.add_argument("--max-new", type=int, default=12)
-    ap.add_argument("--lr", type=float, default=2e-5)
-    ap.add_argument("--drafter", default="frozen", choices=("frozen", "refresh"))
-    ap.add_argument("--refresh-every", type=int, default=4)
-    ap.add_argument("--drafter-lr", type=float, default=3e-4)
+    ap.add_argument("--rollout-prompts", type=int, default=1,
+                    help="prompts per rollout call (x the group = the decode batch)")
+    ap.add_argument("--max-new", type=int, default=48)
+    ap.add_argument("--temperature", type=float, default=0.9)
+    ap.add_argument("--lr", type=float, default=3e-5)
+    ap.add_argument("--beta", type=float, default=0.04)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--refresh-lr", type=float, default=3e-4)
+    ap.add_argument("--refresh-anchors", type=int, default=4)
+    ap.add_argument("--out", default="benchmarks/results/rl")
+    ap.add_argument("--save-dir", default=None, help="save each arm's final policy here")
     ap.add_argument("--report", default=None, help="write the table and plot of a results dir")
+    ap.add_argument("--speed", default=None, help="ar vs auto tokens/s; rows to DIR/speed.csv")
+    ap.add_argument("--policy", action="append", default=[],
+                    help="--speed: LABEL=FILE.npz, a policy from --save-dir (repeatable)")
+    ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     if args.report:
         print(report(args.report))
+    elif args.speed:
+        speed(args.speed, args.model, [tuple(p.split("=", 1)) for p in args.policy],
+              args.reps, args.prompts, args.group, args.max_new, args.temperature,
+              rollout_prompts=args.rollout_prompts)
     else:
-        main(args.model, args.steps, args.prompts, args.group, args.max_new, args.lr,
-             args.drafter, args.refresh_every, args.drafter_lr, args.seed, out=args.out)
+        main(args.model, tuple(a for a in args.arms.split(",") if a), args.steps, args.prompts,
+             args.group, args.max_new, args.temperature, args.lr, args.beta, args.seed,
+             dict(lr=args.refresh_lr, anchors=args.refresh_anchors, rows=None), args.out,
+             args.save_dir, args.rollout_prompts)

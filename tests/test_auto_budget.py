@@ -366,6 +366,26 @@ def test_default_costs_grow_with_the_batch_and_large_batches_never_draft():
     assert not bool(many.wants_draft(st))
 
 
+def test_auto_decode_that_can_never_pay_runs_plain_steps_and_keeps_its_state():
+    """A batch whose cost table says no draft can pay (``can_pay`` False) decodes with plain
+    steps: the output equals ``ar`` and the carried policy state comes back unchanged (the
+    loop carry keeps its ``AutoState``; it used to come back as None and fail to trace)."""
+    tcfg, dcfg, params = tiny_pair(block_size=8)
+    cfg = _cfg(tcfg, dcfg, "dominotree", auto_costs=costs.default_tables(), max_new_tokens=5)
+    B = 128
+    assert not AutoPolicy(cfg, batch=B).can_pay
+    rng = np.random.default_rng(0)
+    prompt_BT = jnp.asarray(rng.integers(1, tcfg.vocab_size - 1, (B, 4)), jnp.int32)
+    lengths_B = jnp.full((B,), 4, jnp.int32)
+    run = fresh_jit_decode()
+    out = run(params, prompt_BT, lengths_B, config=cfg)
+    ar = _ar(run, params, tcfg, prompt_BT, lengths_B, 5)
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ar.tokens))
+    start = auto_size.initial_state(cfg, B)
+    assert all(np.array_equal(np.asarray(a), np.asarray(b))
+               for a, b in zip(out.auto_state, start))
+
+
 def test_calibration_measures_a_usable_table(tmp_path, monkeypatch):
     import dominotree_jax as dj
     from dominotree_jax.calibrate import calibrate_batch
