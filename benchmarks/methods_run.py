@@ -86,9 +86,9 @@ def bucket_width(prompt_len: int, buckets: tuple[int, ...]) -> int:
 
 def pad_prompt(ids: list[int], width: int) -> np.ndarray:
     """``[1, width]`` int32, right-padded with zeros."""
-    out_1W = np.zeros((1, width), np.int32)
-    out_1W[0, :len(ids)] = ids
-    return out_1W
+    out_1T = np.zeros((1, width), np.int32)
+    out_1T[0, :len(ids)] = ids
+    return out_1T
 
 
 def check_identity(reference: list[int], tokens: list[int]) -> dict | None:
@@ -133,12 +133,12 @@ class CompiledDecoders:
         self.compile_s[config, width] = time.perf_counter() - t0
         return fn
 
-    def __call__(self, config, prompt_1W, length: int, key):
+    def __call__(self, config, prompt_1T, length: int, key):
         """(DecodeOutput, wall seconds) of one timed call (compiling and warming up first)."""
-        prompt_1W = jnp.asarray(prompt_1W)
+        prompt_1T = jnp.asarray(prompt_1T)
         lengths_1 = jnp.asarray([length], jnp.int32)
-        jax.block_until_ready((prompt_1W, lengths_1, key))
-        cache_key = (config, prompt_1W.shape[1])
+        jax.block_until_ready((prompt_1T, lengths_1, key))
+        cache_key = (config, prompt_1T.shape[1])
         state = None
         if config.is_auto:
             state = self.auto_states.get(config) or initial_state(config, 1)
@@ -146,11 +146,11 @@ class CompiledDecoders:
         if fn is None:
             fn = self._cache[cache_key] = self._compile(*cache_key)
             t0 = time.perf_counter()
-            jax.block_until_ready(fn(self.params, prompt_1W, key=key, prompt_lengths=lengths_1,
+            jax.block_until_ready(fn(self.params, prompt_1T, key=key, prompt_lengths=lengths_1,
                                      auto_state=state))
             self.warmup_s[cache_key] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        out = jax.block_until_ready(fn(self.params, prompt_1W, key=key, prompt_lengths=lengths_1,
+        out = jax.block_until_ready(fn(self.params, prompt_1T, key=key, prompt_lengths=lengths_1,
                                        auto_state=state))
         if config.is_auto:
             self.auto_states[config] = out.auto_state
@@ -202,7 +202,7 @@ def run_benchmark(pair, prompts: dict[str, list[list[int]]], settings: BenchSett
         for temp in settings.temperatures:
             for p_idx, ids in enumerate(plist):
                 width = bucket_width(len(ids), settings.buckets)
-                prompt_1W = pad_prompt(ids, width)
+                prompt_1T = pad_prompt(ids, width)
                 key = _prompt_key(settings.seed, d_idx, p_idx)
                 reference = None
                 for method in labels:
@@ -210,7 +210,7 @@ def run_benchmark(pair, prompts: dict[str, list[list[int]]], settings: BenchSett
                     if (cfg, width) not in decoders.compile_s:
                         bar.set_postfix_str(f"compiling + warm-up: {method} T={temp:g} "
                                             f"width={width}")
-                    out, wall_s = decoders(cfg, prompt_1W, len(ids), key)
+                    out, wall_s = decoders(cfg, prompt_1T, len(ids), key)
                     rec = {"dataset": dataset, "temperature": float(temp), "prompt": p_idx,
                            "prompt_tokens": len(ids), "width": width, "method": method,
                            "budget": cfg.budget if cfg.method != "ar" else 0,

@@ -338,18 +338,18 @@ class DominoTreeRollout(BaseRollout):
             self._last_temperature = float(rc.temperature)
         if self.refresher is not None:
             self._refresh()
-        tokens_BN = place.local(out.tokens)   # this process's rows
+        tokens_BY = place.local(out.tokens)   # this process's rows
         n_B = place.local(out.num_tokens)
-        logp_BN = place.local(out.logprobs) if rc.return_logprobs else None
+        logp_BY = place.local(out.logprobs) if rc.return_logprobs else None
         tokens, logprobs, text = [], [], []
         for b in range(B):
-            row = tokens_BN[b, :n_B[b]]
+            row = tokens_BY[b, :n_B[b]]
             hit = np.flatnonzero(np.isin(row, stop) | (
                 False if row_stops_BK is None else np.isin(row, row_stops_BK[b])))
             end = int(hit[0]) if hit.size else len(row)   # tunix drops the EOS token
             tokens.append(row[:end].copy())
-            if logp_BN is not None:
-                logprobs.append(logp_BN[b, :end].copy())
+            if logp_BY is not None:
+                logprobs.append(logp_BY[b, :end].copy())
             text.append(self._tok.decode(row[:end]) if self._tok is not None else "")
         return RolloutOutput(text=text, logits=[], tokens=tokens,
                              left_padded_prompt_tokens=left_BT,
