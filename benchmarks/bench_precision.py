@@ -12,22 +12,14 @@ product of SmolLM2-135M (or ``--target``) at ``--rows``; then the sum over one w
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
 import jax
 
 from dominotree_jax import product_timing as matmul
+from dominotree_jax.timing import cpu_model
 
 
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def bf16_units() -> str:

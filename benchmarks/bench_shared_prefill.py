@@ -12,12 +12,13 @@ a compiling one) and the ratio. Pause other CPU work while it runs.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 
 import jax
 import numpy as np
+
+from dominotree_jax.timing import cpu_model
 
 QUESTIONS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
@@ -39,14 +40,6 @@ SYSTEM = ("You are a careful math tutor. Think step by step, show the arithmetic
           "line, and end with 'Answer: <number>'. Keep the explanation short and precise.")
 
 
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main():
@@ -91,7 +84,7 @@ def main():
     med = {s: statistics.median(t) for s, t in times.items()}
     print(f"SmolLM2-135M + drafter, {args.prompts} prompts ({min(lengths)}-{max(lengths)} "
           f"tokens) x G={args.group}, {args.new} new tokens, T=0.9, budget={budget}, "
-          f"jax {jax.__version__}, {cpu_name()}")
+          f"jax {jax.__version__}, {cpu_model()}")
     for share in (False, True):
         print(f"share_prefill={share!s:5}  median {med[share]:.3f} s  "
               f"({', '.join(f'{t:.3f}' for t in times[share])})")

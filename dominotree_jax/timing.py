@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import statistics
 import time
 
@@ -29,3 +30,15 @@ def interleaved_medians(fns: dict, repeats: int, inner: int = 1,
             jax.block_until_ready(result)
             times[name].append((time.perf_counter() - t0) / inner)
     return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), for naming the machine next to a timing."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
