@@ -93,6 +93,7 @@ def test_grpo_example_runs_tunix_learner_and_resumes(tmp_path):
                and r["refresh_s"] > 0 and r["refresh_temp_bytes"] > 0 for r in rows)
     assert all(0.0 <= r["reward_mean"] <= 1.0 and r["loadavg_1m"] >= 0
                and r["rollout_calls"] == 2 for r in rows)   # 2 prompts, 1 per call
+    assert all(r["compiles"] == 1 for r in rows)   # the carried auto state does not recompile
     assert grpo.main(**kw) == {"auto+refresh": 0}                     # complete: skipped
     assert len(grpo.read_arm(str(path))) == 2
     with pytest.raises(ValueError, match="other settings"):

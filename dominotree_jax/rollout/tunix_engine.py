@@ -315,11 +315,12 @@ class DominoTreeRollout(BaseRollout):
         rows = place.global_rows(B)
         state_key = (config, rows)
         state = None
-        if config.is_auto:
-            state = self._auto_states.get(state_key) or initial_state(config, rows)
+        if config.is_auto:   # host values: the first and the carried state trace alike (a
+            # carried device state would hold the mesh's sharding, the first one none)
+            state = jax.tree.map(np.asarray, self._auto_states.get(state_key)
+                                 or initial_state(config, rows))
         if place.multi_process:   # host values every process holds alike: replicated
             key = np.asarray(jax.random.key_data(key))
-            state = None if state is None else jax.tree.map(np.asarray, state)
         prompt_in, lengths_in = place.put(prompt_BT), place.put(lengths_B)
         shared = self._shared_prefill(prompt_BT, lengths_B, place)
         if shared is None:
@@ -387,12 +388,17 @@ class DominoTreeRollout(BaseRollout):
             self._merged(self._params["target"], params, filter_types)))
 
     def update_drafter_params(self, drafter_params) -> None:
-        """New drafter parameter values (same structure): also no recompilation."""
+        """New drafter parameter values (same structure), placed as the current ones (a
+        refresh step's output carries the training mesh's sharding): no recompilation."""
         old = self._params["drafter"]
         if jax.tree.structure(old) != jax.tree.structure(drafter_params):
             raise ValueError("drafter_params must have the structure of the current drafter")
-        self._params = dict(self._params, drafter=without_explicit_axes(jax.tree.map(
-            lambda n, o: jnp.asarray(n, o.dtype).reshape(o.shape), drafter_params, old)))
+
+        def placed(new, cur):
+            new = jnp.asarray(new, cur.dtype).reshape(cur.shape)
+            return jax.device_put(new, cur.sharding) if isinstance(cur, jax.Array) else new
+        self._params = dict(self._params, drafter=without_explicit_axes(
+            jax.tree.map(placed, drafter_params, old)))
 
     def pad_id(self) -> int:
         if self._tok is None:
