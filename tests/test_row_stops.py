@@ -26,11 +26,11 @@ def _config(tcfg, dcfg, method, stop_ids=()):
 def _row_stops(gen_BN):
     """Per row: a token it generates after its first few (so the row stops early, each row at
     another place), plus a token it never generates; -1 pads."""
-    stops_BK = np.full((len(gen_BN), 3), -1, np.int32)
+    stops_Be = np.full((len(gen_BN), 3), -1, np.int32)
     for b, row in enumerate(gen_BN):
-        stops_BK[b, 0] = row[3 + b]
-        stops_BK[b, 1] = min(set(range(1, 64)) - set(row.tolist()))
-    return stops_BK
+        stops_Be[b, 0] = row[3 + b]
+        stops_Be[b, 1] = min(set(range(1, 64)) - set(row.tolist()))
+    return stops_Be
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +42,13 @@ def setup():
 
 @pytest.mark.parametrize("method", ["ar", "dominotree"])
 def test_row_stop_ids_equal_each_row_alone(setup, method):
-    tcfg, dcfg, params, stops_BK = setup
+    tcfg, dcfg, params, stops_Be = setup
     shared = (11,)    # a config stop id on top of the rows' own
     batch = decode(params, PROMPT_BT, config=_config(tcfg, dcfg, method, shared),
-                   prompt_lengths=LENGTHS_B, row_stop_ids=stops_BK)
+                   prompt_lengths=LENGTHS_B, row_stop_ids=stops_Be)
     lengths = set()
     for b in range(len(PROMPT_BT)):
-        own = tuple(int(s) for s in stops_BK[b] if s >= 0) + shared
+        own = tuple(int(s) for s in stops_Be[b] if s >= 0) + shared
         alone = jdecode(params, PROMPT_BT[b:b + 1, :LENGTHS_B[b]], LENGTHS_B[b:b + 1],
                         config=_config(tcfg, dcfg, method, own))
         for field in ("tokens", "num_tokens", "accept_lengths", "num_rounds"):
@@ -62,11 +62,11 @@ def test_row_stop_ids_equal_each_row_alone(setup, method):
 
 
 def test_row_stop_ids_bad_input(setup):
-    tcfg, dcfg, params, stops_BK = setup
+    tcfg, dcfg, params, stops_Be = setup
     cfg = _config(tcfg, dcfg, "ar")
-    with pytest.raises(ValueError, match=r"integer \[B=4, K\]"):
+    with pytest.raises(ValueError, match=r"integer \[B=4, e\]"):
         decode(params, PROMPT_BT, config=cfg, prompt_lengths=LENGTHS_B,
-               row_stop_ids=stops_BK[:2])
+               row_stop_ids=stops_Be[:2])
     with pytest.raises(ValueError, match="outside the vocabulary"):
         decode(params, PROMPT_BT, config=cfg, prompt_lengths=LENGTHS_B,
                row_stop_ids=np.full((4, 1), 64))
@@ -78,7 +78,7 @@ def test_engine_stop_tokens_per_prompt(setup):
 
     from dominotree_jax.rollout import DominoTreeRollout, TunixCausalLM
 
-    tcfg, dcfg, params, stops_BK = setup
+    tcfg, dcfg, params, stops_Be = setup
     engine = DominoTreeRollout(rollout_actor=TunixCausalLM.from_params(tcfg, params["target"],
                                                                        0),
                                tokenizer=IntTokenizer(), drafter_config=dcfg,
@@ -87,7 +87,7 @@ def test_engine_stop_tokens_per_prompt(setup):
     rc = base_rollout.RolloutConfig(max_tokens_to_generate=MAX_NEW, max_prompt_length=8,
                                     temperature=0.0, top_p=None, return_logprobs=True)
     free = engine.generate(prompts, rc)
-    stops = [[int(s) for s in row if s >= 0] for row in stops_BK]
+    stops = [[int(s) for s in row if s >= 0] for row in stops_Be]
     stopped = engine.generate(prompts, rc, stop_tokens=stops)
     for b, (f, s) in enumerate(zip(free.tokens, stopped.tokens)):
         cut = [j for j, t in enumerate(f) if t in stops[b]]

@@ -93,24 +93,24 @@ def _check_inputs(prompt_BT, lengths_B, config: DecodeConfig, key):
 
 
 def _row_stops(row_stop_ids, B: int, config: DecodeConfig):
-    """``row_stop_ids`` as an int32 ``[B, K]`` array (None stays None), checked when concrete."""
+    """``row_stop_ids`` as an int32 ``[B, e]`` array (None stays None), checked when concrete."""
     if row_stop_ids is None:
         return None
-    stops_BK = jnp.asarray(row_stop_ids)
-    if stops_BK.ndim != 2 or stops_BK.shape[0] != B or \
-            not jnp.issubdtype(stops_BK.dtype, jnp.integer):
-        raise ValueError(f"row_stop_ids must be an integer [B={B}, K] array (-1 = padding), "
-                         f"got shape {stops_BK.shape} dtype {stops_BK.dtype}")
-    if not isinstance(stops_BK, jax.core.Tracer):
-        s = np.asarray(stops_BK)
+    stops_Be = jnp.asarray(row_stop_ids)
+    if stops_Be.ndim != 2 or stops_Be.shape[0] != B or \
+            not jnp.issubdtype(stops_Be.dtype, jnp.integer):
+        raise ValueError(f"row_stop_ids must be an integer [B={B}, e] array (-1 = padding), "
+                         f"got shape {stops_Be.shape} dtype {stops_Be.dtype}")
+    if not isinstance(stops_Be, jax.core.Tracer):
+        s = np.asarray(stops_Be)
         bad = s[(s < -1) | (s >= config.target.vocab_size)]
         if bad.size:
             raise ValueError(f"row_stop_ids outside the vocabulary (or -1): "
                              f"{sorted(set(bad.tolist()))[:10]}")
-    return stops_BK.astype(jnp.int32)
+    return stops_Be.astype(jnp.int32)
 
 
-def _prompt_rows(prompt_rows, U: int):
+def _prompt_rows(prompt_rows, num_prompts: int):
     """``prompt_rows`` as an int32 ``[B]`` array (None stays None), checked when concrete."""
     if prompt_rows is None:
         return None
@@ -120,8 +120,8 @@ def _prompt_rows(prompt_rows, U: int):
                          f"{rows_B.shape} dtype {rows_B.dtype}")
     if not isinstance(rows_B, jax.core.Tracer):
         r = np.asarray(rows_B)
-        if r.min() < 0 or r.max() >= U:
-            raise ValueError(f"prompt_rows must index the {U} prompts, got values in "
+        if r.min() < 0 or r.max() >= num_prompts:
+            raise ValueError(f"prompt_rows must index the {num_prompts} prompts, got values in "
                              f"[{r.min()}, {r.max()}]")
     return rows_B.astype(jnp.int32)
 
@@ -134,29 +134,29 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     ``jax.jit(decode, static_argnames="config")``. ``auto_state`` (``budget="auto"`` only): a
     previous call's ``DecodeOutput.auto_state`` (or ``auto_size.initial_state``), to carry the
     draft-size policy's measurements (delivered rate, drafter calibration, probe gap) from
-    call to call. ``row_stop_ids``: each row's own stop ids, ``[B, K]`` int (-1 pads a row's
+    call to call. ``row_stop_ids``: each row's own stop ids, ``[B, e]`` int (-1 pads a row's
     list), on top of ``config.stop_ids`` (a runtime array: new stop sets do not recompile).
     ``prompt_rows``: one prefill shared by several rows (GRPO's G samples of a prompt):
-    ``prompt`` holds ``U`` distinct prompts, ``prompt_rows`` (``[B]`` int, values in ``[0,
-    U)``) says which one each of the ``B`` output rows continues; each prompt is prefilled
+    ``prompt`` holds ``b`` distinct prompts, ``prompt_rows`` (``[B]`` int, values in ``[0,
+    b)``) says which one each of the ``B`` output rows continues; each prompt is prefilled
     once and its caches, drafter context and last logits are copied to its rows. The output
     equals decoding ``prompt[prompt_rows]`` (same key: same tokens at any temperature);
     ``row_stop_ids`` and ``auto_state`` are per output row.
     """
-    prompt_BT = jnp.asarray(prompt)
-    if not jnp.issubdtype(prompt_BT.dtype, jnp.integer):
-        raise ValueError(f"prompt must hold integer token ids, got dtype {prompt_BT.dtype}")
-    prompt_BT = prompt_BT.astype(jnp.int32)
-    if prompt_BT.ndim == 1:
-        prompt_BT = prompt_BT[None]
-    U, T = prompt_BT.shape
-    lengths_U = (jnp.full((U,), T, jnp.int32) if prompt_lengths is None
-                 else jnp.asarray(prompt_lengths, jnp.int32).reshape(U))
-    _check_inputs(prompt_BT, lengths_U, config, key)
-    rows_B = _prompt_rows(prompt_rows, U)
-    B = U if rows_B is None else rows_B.shape[0]
-    lengths_B = lengths_U if rows_B is None else lengths_U[rows_B]
-    stops_BK = _row_stops(row_stop_ids, B, config)
+    prompt_bT = jnp.asarray(prompt)
+    if not jnp.issubdtype(prompt_bT.dtype, jnp.integer):
+        raise ValueError(f"prompt must hold integer token ids, got dtype {prompt_bT.dtype}")
+    prompt_bT = prompt_bT.astype(jnp.int32)
+    if prompt_bT.ndim == 1:
+        prompt_bT = prompt_bT[None]
+    num_prompts, T = prompt_bT.shape   # b distinct prompts: B of them unless rows share one
+    lengths_b = (jnp.full((num_prompts,), T, jnp.int32) if prompt_lengths is None
+                 else jnp.asarray(prompt_lengths, jnp.int32).reshape(num_prompts))
+    _check_inputs(prompt_bT, lengths_b, config, key)
+    rows_B = _prompt_rows(prompt_rows, num_prompts)
+    B = num_prompts if rows_B is None else rows_B.shape[0]
+    lengths_B = lengths_b if rows_B is None else lengths_b[rows_B]
+    stops_Be = _row_stops(row_stop_ids, B, config)
     if auto_state is not None and not config.is_auto:
         raise ValueError("auto_state is only for budget='auto' configs")
     key = jax.random.key(0) if key is None else key
@@ -167,14 +167,14 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
                    params_precision(params["drafter"], "drafter parameters"))
     policy = AutoPolicy(config, B) if config.is_auto else None
 
-    pre = prefill_context(target=target, drafter=drafter, prompt_BT=prompt_BT,
-                          lengths_B=lengths_U, max_len=cache_length(config, T),
+    pre = prefill_context(target=target, drafter=drafter, prompt_BT=prompt_bT,
+                          lengths_B=lengths_b, max_len=cache_length(config, T),
                           tap_layers=tap_layers_for(config),
                           dtype=jax.tree.leaves(params["target"])[0].dtype)
     if rows_B is not None:   # each distinct prompt's prefill, copied to its rows
         pre = repeat_prefilled(pre, rows_B)
     state = first_state(pre, key, config=config, auto=None if policy is None
-                         else policy.init(auto_state), stops_BK=stops_BK)
+                         else policy.init(auto_state), stops_Be=stops_Be)
     step = functools.partial(round_step, lengths_B=lengths_B, config=config, target=target,
                              drafter=drafter, policy=policy)
     final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), step, state)

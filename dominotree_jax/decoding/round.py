@@ -129,13 +129,13 @@ class LoopState(NamedTuple):
     feats_BWF: Float[Array, "B W F"] | None = None  # tapped features by position
     #                                                 (return_features only)
     auto: AutoState | None = None   # policy state (budget="auto" only)
-    stops_BK: Int[Array, "B K"] | None = None  # each row's own stop ids (-1 = none), besides
+    stops_Be: Int[Array, "B e"] | None = None  # each row's own stop ids (-1 = none), besides
     #                                            config.stop_ids (decode's row_stop_ids)
 
 
-def first_state(pre, key, *, config: DecodeConfig, auto, stops_BK=None) -> LoopState:
+def first_state(pre, key, *, config: DecodeConfig, auto, stops_Be=None) -> LoopState:
     """The loop carry after the prefill: the first token sampled from the prompt's last
-    logits (rows whose first token stops are done already). ``stops_BK``: per-row stop ids
+    logits (rows whose first token stops are done already). ``stops_Be``: per-row stop ids
     (``decode``'s ``row_stop_ids``)."""
     B = pre.last_logits_BV.shape[0]
     Y, O = config.max_new_tokens, config.max_new_tokens + config.max_depth + 1
@@ -148,8 +148,8 @@ def first_state(pre, key, *, config: DecodeConfig, auto, stops_BK=None) -> LoopS
         lp_BV = sampling_logprobs(pre.last_logits_BV, *logprob_filter(config))
         logp_BO = logp_BO.at[:, 0].set(jnp.take_along_axis(lp_BV, first_B[:, None], 1)[:, 0])
     n_B = jnp.ones((B,), jnp.int32)
-    done_B = finished(out_BO, n_B - 1, n_B, config, stops_BK)
-    n_B = jnp.where(done_B, stop_length(out_BO, jnp.zeros_like(n_B), n_B, config, stops_BK),
+    done_B = finished(out_BO, n_B - 1, n_B, config, stops_Be)
+    n_B = jnp.where(done_B, stop_length(out_BO, jnp.zeros_like(n_B), n_B, config, stops_Be),
                     n_B)
     feats_BWF = (jnp.pad(pre.taps_BTF, ((0, 0), (0, O), (0, 0))) if config.return_features
                  else None)
@@ -157,7 +157,7 @@ def first_state(pre, key, *, config: DecodeConfig, auto, stops_BK=None) -> LoopS
                      done_B=done_B, rounds_B=jnp.zeros((B,), jnp.int32),
                      taus_BY=jnp.zeros((B, Y), jnp.int32),
                      sizes_BY=jnp.full((B, Y), -1, jnp.int32), key=key, feats_BWF=feats_BWF,
-                     auto=auto, stops_BK=stops_BK)
+                     auto=auto, stops_Be=stops_Be)
 
 
 
@@ -274,9 +274,9 @@ def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next
     c = commit_rows(inp, result, out_BO=state.out_BO, logp_BO=state.logp_BO, n_B=state.n_B,
                     done_B=state.done_B, drafter=drafter)
     n_new_B = jnp.where(state.done_B, state.n_B, state.n_B + c.tau_B)
-    stops_BK = state.stops_BK
-    stop_B = finished(c.out_BO, state.n_B, n_new_B, config, stops_BK) & ~state.done_B
-    n_new_B = jnp.where(stop_B, stop_length(c.out_BO, state.n_B, n_new_B, config, stops_BK),
+    stops_Be = state.stops_Be
+    stop_B = finished(c.out_BO, state.n_B, n_new_B, config, stops_Be) & ~state.done_B
+    n_new_B = jnp.where(stop_B, stop_length(c.out_BO, state.n_B, n_new_B, config, stops_Be),
                         n_new_B)
     round_slot_B = jnp.where(state.done_B, config.max_new_tokens, state.rounds_B)  # Y: dropped
     rows_B = jnp.arange(inp.t0_B.shape[0])
@@ -290,7 +290,7 @@ def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next
         done_B=state.done_B | stop_B, rounds_B=state.rounds_B + (~state.done_B).astype(jnp.int32),
         taus_BY=state.taus_BY.at[rows_B, round_slot_B].set(n_new_B - state.n_B, mode="drop"),
         sizes_BY=state.sizes_BY.at[rows_B, round_slot_B].set(result.size_B, mode="drop"),
-        key=next_key, feats_BWF=feats_BWF, auto=result.auto, stops_BK=stops_BK)
+        key=next_key, feats_BWF=feats_BWF, auto=result.auto, stops_Be=stops_Be)
 
 
 def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
@@ -320,29 +320,29 @@ def logprob_filter(config: DecodeConfig) -> tuple:
     return config.temperature, 0, 1.0
 
 
-def is_stop(tok_BO, config: DecodeConfig, stops_BK=None):
-    """Whether each token is one of ``config.stop_ids`` or of its row's ``stops_BK`` (ids
+def is_stop(tok_BO, config: DecodeConfig, stops_Be=None):
+    """Whether each token is one of ``config.stop_ids`` or of its row's ``stops_Be`` (ids
     ``>= 0``; -1 pads a row's list)."""
     hit_BO = (jnp.isin(tok_BO, jnp.asarray(config.stop_ids, jnp.int32)) if config.stop_ids
               else jnp.zeros(tok_BO.shape, bool))
-    if stops_BK is not None:
-        hit_BO |= jnp.any((tok_BO[:, :, None] == stops_BK[:, None, :])
-                          & (stops_BK[:, None, :] >= 0), axis=-1)
+    if stops_Be is not None:
+        hit_BO |= jnp.any((tok_BO[:, :, None] == stops_Be[:, None, :])
+                          & (stops_Be[:, None, :] >= 0), axis=-1)
     return hit_BO
 
 
-def finished(out_BO, lo_B, hi_B, config: DecodeConfig, stops_BK=None):
+def finished(out_BO, lo_B, hi_B, config: DecodeConfig, stops_Be=None):
     """Whether tokens ``lo..hi-1`` contain a stop id, or ``hi`` reached ``max_new_tokens``."""
     i_O = jnp.arange(out_BO.shape[1])[None]
     in_range = (i_O >= lo_B[:, None]) & (i_O < hi_B[:, None])
-    return (jnp.any(in_range & is_stop(out_BO, config, stops_BK), axis=1)
+    return (jnp.any(in_range & is_stop(out_BO, config, stops_Be), axis=1)
             | (hi_B >= config.max_new_tokens))
 
 
-def stop_length(out_BO, lo_B, hi_B, config: DecodeConfig, stops_BK=None):
+def stop_length(out_BO, lo_B, hi_B, config: DecodeConfig, stops_Be=None):
     """Length after truncating at the first stop id in ``lo..hi-1`` (inclusive), else ``hi``."""
     i_O = jnp.arange(out_BO.shape[1])[None]
-    hit = (i_O >= lo_B[:, None]) & (i_O < hi_B[:, None]) & is_stop(out_BO, config, stops_BK)
+    hit = (i_O >= lo_B[:, None]) & (i_O < hi_B[:, None]) & is_stop(out_BO, config, stops_Be)
     first = jnp.where(jnp.any(hit, 1), jnp.argmax(hit, 1) + 1, hi_B)
     return jnp.minimum(first, config.max_new_tokens)
 

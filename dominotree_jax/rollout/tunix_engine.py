@@ -251,13 +251,13 @@ class DominoTreeRollout(BaseRollout):
         # (config, batch size), so each rollout starts from what the previous ones measured
         self._auto_states: dict[tuple, Any] = {}
 
-        def run(params, prompt_BT, lengths_B, prompt_rows, key, auto_state, row_stops_BK, *,
+        def run(params, prompt_BT, lengths_B, prompt_rows, key, auto_state, row_stops_Be, *,
                 config):
             self.traces.append(config)   # Python side effect: once per compilation
             if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):   # key data (uint32)
                 key = jax.random.wrap_key_data(key)
             return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
-                          auto_state=auto_state, row_stop_ids=row_stops_BK,
+                          auto_state=auto_state, row_stop_ids=row_stops_Be,
                           prompt_rows=prompt_rows)
 
         def logps(target_params, prompt_BT, completion_BY, pad_id, temperature):
@@ -279,8 +279,8 @@ class DominoTreeRollout(BaseRollout):
         """Sample completions of ``prompts`` (strings, or token-id lists used as they are).
         ``stop_tokens``: optional per-prompt stop ids (one list per prompt, may be empty), on
         top of the ``rollout_config``'s (EOS, pad); a completion ends at (and drops) the first
-        one of either. (The lists are a runtime ``[B, K]`` array: ``K`` is rounded up to a
-        power of two, one compilation per ``K``.)"""
+        one of either. (The lists are a runtime ``[B, e]`` array: ``e`` is rounded up to a
+        power of two, one compilation per ``e``.)"""
         if len(prompts) == 0:
             raise ValueError("generate needs at least one prompt")
         rc = rollout_config
@@ -308,7 +308,7 @@ class DominoTreeRollout(BaseRollout):
             left_BT[b, width - len(p):] = p
         lengths_B = np.array([len(c) for c in cond], np.int32)
         stop = self._stop_ids(rc)
-        row_stops_BK = self._row_stops(stop_tokens, len(ids), place)
+        row_stops_Be = self._row_stops(stop_tokens, len(ids), place)
         config = self.decode_config(rc)
         key = self._key_for(rc.seed)
         t0 = time.perf_counter()
@@ -328,7 +328,7 @@ class DominoTreeRollout(BaseRollout):
         else:   # each distinct prompt prefilled once, then copied to its rows
             args = tuple(place.put(x) for x in shared)
         out = self._decode(self._params, *args, key, state,
-                           None if row_stops_BK is None else place.put(row_stops_BK),
+                           None if row_stops_Be is None else place.put(row_stops_Be),
                            config=config)
         jax.block_until_ready(out.tokens)
         if config.is_auto:
@@ -346,7 +346,7 @@ class DominoTreeRollout(BaseRollout):
         for b in range(B):
             row = tokens_BY[b, :n_B[b]]
             hit = np.flatnonzero(np.isin(row, stop) | (
-                False if row_stops_BK is None else np.isin(row, row_stops_BK[b])))
+                False if row_stops_Be is None else np.isin(row, row_stops_Be[b])))
             end = int(hit[0]) if hit.size else len(row)   # tunix drops the EOS token
             tokens.append(row[:end].copy())
             if logp_BY is not None:
@@ -481,7 +481,7 @@ class DominoTreeRollout(BaseRollout):
         return prompt_BT[distinct], lengths_B[distinct], rows_B
 
     def _row_stops(self, stop_tokens, B: int, place: BatchPlacement) -> np.ndarray | None:
-        """``stop_tokens`` (one list per prompt) as a ``[B, K]`` int32 array, -1-padded, ``K``
+        """``stop_tokens`` (one list per prompt) as a ``[B, e]`` int32 array, -1-padded, ``e``
         a power of two (the same in every process)."""
         if stop_tokens is None:
             return None
@@ -494,10 +494,10 @@ class DominoTreeRollout(BaseRollout):
             raise ValueError(f"stop_tokens outside the vocabulary [0, {self.tcfg.vocab_size}): "
                              f"{bad[:10]}")
         (longest,) = place.agree(max(len(r) for r in rows))
-        out_BK = np.full((B, _next_pow2(max(longest, 1))), -1, np.int32)
+        out_Be = np.full((B, _next_pow2(max(longest, 1))), -1, np.int32)
         for b, r in enumerate(rows):
-            out_BK[b, :len(r)] = r
-        return out_BK
+            out_Be[b, :len(r)] = r
+        return out_Be
 
     def _stop_ids(self, rc: RolloutConfig) -> tuple[int, ...]:
         stop = [int(t) for t in rc.eos_tokens] if rc.eos_tokens else (
