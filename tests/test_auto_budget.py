@@ -217,7 +217,7 @@ def test_one_trace_per_config():
         traces.append(config)
         return decode(params, prompt, config=config)
 
-    f = jax.jit(counted, static_argnames="config")
+    f = jax.jit(counted, static_argnames="config", compiler_options=FAST_XLA)
     cfg = _cfg(tcfg, dcfg, "dominotree", max_new_tokens=6)
     f(params, jnp.array([1, 2, 3]), config=cfg)
     f(jax.tree.map(lambda x: x * 1.01, params), jnp.array([4, 5, 6]), config=cfg)

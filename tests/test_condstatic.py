@@ -16,10 +16,11 @@ from dominotree_jax.decoding.config import METHODS
 from dominotree_jax.domino_head import DominoHeadWeights, domino_chain
 from dominotree_jax.tree import build_tree
 from dominotree_jax.tree.reference import build_tree_numpy
+from decode_helpers import FAST_XLA
 from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
 from test_tree_builder import CONFIGS, FAMILIES, assert_same_tree, check_invariants, make_case
 
-jdecode = jax.jit(decode, static_argnames="config")
+jdecode = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
 CS_CONFIGS = {name.replace("dt_", "cs_"): cfg._replace(method="condstatic")
               for name, cfg in CONFIGS.items() if cfg.method == "dominotree"}
 

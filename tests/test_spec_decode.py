@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from dominotree_jax import DecodeConfig, decode
+from decode_helpers import FAST_XLA
 from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
 
 METHODS = ("dflash", "domino", "ddtree", "dominotree")
-jdecode = jax.jit(decode, static_argnames="config")
+jdecode = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
 
 
 def _cfg(tcfg, dcfg, method, **kw):
@@ -113,7 +114,7 @@ def test_jit_compiles_once_per_config():
         traces.append(config)
         return decode(params, prompt, config=config)
 
-    f = jax.jit(counted, static_argnames="config")
+    f = jax.jit(counted, static_argnames="config", compiler_options=FAST_XLA)
     f(params, jnp.array([1, 2, 3]), config=cfg)
     params2 = jax.tree.map(lambda x: x * 1.01, params)  # fresh values, same shapes
     f(params2, jnp.array([4, 5, 6]), config=cfg)
