@@ -66,14 +66,23 @@ def main(argv=None):
                   for b in bodies for ln in comps.get(b, []))
     # upcasts outside the entry: in a loop body, a conditional's branch or another computation
     # that runs per iteration (fusion bodies excluded: their fusion is the instruction counted)
-    per_iter = sum(bool(re.search(r"=\s*f32\[" + WEIGHT_SHAPES + r"\]\S*\s+(fusion|convert)\(",
-                                  ln))
-                   for name, lines in comps.items() if name != "ENTRY"
-                   and not name.lstrip("%").startswith(("fused", "wrapped")) for ln in lines)
+    upcast = re.compile(r"=\s*f32\[" + WEIGHT_SHAPES + r"\]\S*\s+(fusion|convert)\(")
+    per_comp = {name: sum(bool(upcast.search(ln)) for ln in lines)
+                for name, lines in comps.items() if name != "ENTRY"
+                and not name.lstrip("%").startswith(("fused", "wrapped"))}
+    per_iter = sum(per_comp.values())
+    branches = set(re.findall(r"branch_computations=\{([^}]*)\}", hlo))
+    in_branch = {c.strip().lstrip("%") for b in branches for c in b.split(",")}
+    in_branch |= set(re.findall(r"(?:true|false)_computation=%?([\w.\-]+)", hlo))
+    where = ", ".join(
+        f"{n.lstrip('%')} ({c}" + (", a conditional branch)" if n.lstrip("%") in in_branch else ")")
+        for n, c in sorted(per_comp.items(), key=lambda x: -x[1]) if c)
     print(f"{args.dtype} {args.method} (budget {args.budget}) decode: {entry} entry fusions "
           f"output float32 weight-shaped arrays (once per call); {len(bodies)} while loop(s) "
           f"whose bodies name a bf16 weight shape on {in_body} line(s); {per_iter} float32 "
-          f"weight-shaped convert/fusion outputs outside the entry (per iteration)")
+          f"weight-shaped convert/fusion outputs outside the entry (per iteration)"
+          + (f": in {where}" if where else ""))
+
 
 if __name__ == "__main__":
     main()
