@@ -6,6 +6,10 @@ shape (the hoisted bf16 -> float32 converts, run once per call) and the lines of
 ``while`` body that name a bf16 weight shape (a convert or product inside the loop).
 
     python -m benchmarks.hlo_weight_converts [--dtype bfloat16]
+    python -m benchmarks.hlo_weight_converts --method dominotree --budget auto   # with the drafter
+
+``--method`` other than ``ar`` loads the shipped drafter in the same dtype (the weight shapes
+counted are the target's; the drafter's own shapes may add to the entry count).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ def computations(hlo: str) -> dict[str, list[str]]:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    ap.add_argument("--method", default="ar")
+    ap.add_argument("--budget", default="16", help="an int, or 'auto'")
     args = ap.parse_args(argv)
     import jax
     import jax.numpy as jnp
@@ -37,20 +43,45 @@ def main(argv=None):
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
 
-    t = dj.load_target(smollm2_gguf_path(), dtype=args.dtype, tokenizer=False)
-    cfg = dj.DecodeConfig(target=t.config, method="ar", max_new_tokens=16, stop_ids=())
+    if args.method == "ar":
+        t = dj.load_target(smollm2_gguf_path(), dtype=args.dtype, tokenizer=False)
+        cfg = dj.DecodeConfig(target=t.config, method="ar", max_new_tokens=16, stop_ids=())
+        params, state = {"target": t.params, "drafter": None}, None
+    else:
+        from dominotree_jax.decoding.auto_size import initial_state
+        from dominotree_jax.default_pair import load_models
+        pair = load_models(None, None, args.dtype)[0]
+        budget = args.budget if args.budget == "auto" else int(args.budget)
+        cfg = pair.config(args.method, max_new_tokens=16, stop_ids=(), budget=budget)
+        params = pair.params
+        state = initial_state(cfg, 1) if cfg.is_auto else None
     hlo = jax.jit(dj.decode, static_argnames="config").lower(
-        {"target": t.params, "drafter": None}, jax.ShapeDtypeStruct((1, 32), jnp.int32),
-        config=cfg).compile().as_text()
+        params, jax.ShapeDtypeStruct((1, 32), jnp.int32), config=cfg,
+        auto_state=state).compile().as_text()
     comps = computations(hlo)
     entry = sum(bool(re.search(r"=\s*f32\[" + WEIGHT_SHAPES + r"\]\S*\s+fusion\(", ln))
                 for ln in comps["ENTRY"])
     bodies = re.findall(r"while\(.*?body=%?([\w.\-]+)", hlo)
     in_body = sum(bool(re.search(r"bf16\[" + WEIGHT_SHAPES + r"\]", ln))
                   for b in bodies for ln in comps.get(b, []))
-    print(f"{args.dtype} ar decode: {entry} entry fusions output float32 weight-shaped arrays "
-          f"(once per call); {len(bodies)} while loop(s) whose bodies name a bf16 weight shape "
-          f"on {in_body} line(s)")
+    # upcasts outside the entry: in a loop body, a conditional's branch or another computation
+    # that runs per iteration (fusion bodies excluded: their fusion is the instruction counted)
+    upcast = re.compile(r"=\s*f32\[" + WEIGHT_SHAPES + r"\]\S*\s+(fusion|convert)\(")
+    per_comp = {name: sum(bool(upcast.search(ln)) for ln in lines)
+                for name, lines in comps.items() if name != "ENTRY"
+                and not name.lstrip("%").startswith(("fused", "wrapped"))}
+    per_iter = sum(per_comp.values())
+    branches = set(re.findall(r"branch_computations=\{([^}]*)\}", hlo))
+    in_branch = {c.strip().lstrip("%") for b in branches for c in b.split(",")}
+    in_branch |= set(re.findall(r"(?:true|false)_computation=%?([\w.\-]+)", hlo))
+    where = ", ".join(
+        f"{n.lstrip('%')} ({c}" + (", a conditional branch)" if n.lstrip("%") in in_branch else ")")
+        for n, c in sorted(per_comp.items(), key=lambda x: -x[1]) if c)
+    print(f"{args.dtype} {args.method} (budget {args.budget}) decode: {entry} entry fusions "
+          f"output float32 weight-shaped arrays (once per call); {len(bodies)} while loop(s) "
+          f"whose bodies name a bf16 weight shape on {in_body} line(s); {per_iter} float32 "
+          f"weight-shaped convert/fusion outputs outside the entry (per iteration)"
+          + (f": in {where}" if where else ""))
 
 
 if __name__ == "__main__":
