@@ -249,10 +249,11 @@ class StepLog:
                 raise ValueError(f"{path} lacks rows of steps before the checkpoint's step "
                                  f"{start} (found {len(kept)}): it does not belong to this "
                                  "checkpoint; delete the arm's checkpoints to rerun it")
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS)
+        with open(path + ".tmp", "w", newline="") as f:   # (replaced at once: a crash here
+            w = csv.DictWriter(f, FIELDS)                 # loses no kept row)
             w.writeheader()
             w.writerows(kept)
+        os.replace(path + ".tmp", path)
 
     def __call__(self, prompts, completions, rewards, **unused):
         eng = self.engine_ref[0]
