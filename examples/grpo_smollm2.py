@@ -444,6 +444,21 @@ def completed_steps(csv_path: str) -> int:
     return len(_csv_rows(csv_path))
 
 
+def latest_checkpoint(ckpt_root: str) -> int | None:
+    """The newest train step tunix has a finished checkpoint of under ``ckpt_root``."""
+    actor = os.path.join(ckpt_root, "actor")
+    steps = [int(n) for n in os.listdir(actor) if n.isdigit()] if os.path.isdir(actor) else []
+    return max(steps, default=None)
+
+
+def arm_complete(out: str, arm: str, steps: int) -> bool:
+    """The arm's CSV holds ``steps`` rows and no checkpoint says an update is still to do (a
+    run that ended after writing its last row but before its last update has one)."""
+    ckpt = latest_checkpoint(checkpoint_dir(out, arm))
+    return completed_steps(os.path.join(out, f"{arm}.csv")) >= steps and (
+        ckpt is None or ckpt >= steps)
+
+
 def main(model: str = "smollm2", arms=ARMS, steps: int = 60, prompts: int = 4, group: int = 4,
          max_new: int = 48, temperature: float = 0.9, lr: float = 3e-5, beta: float = 0.04,
          seed: int = 0, refresh: dict | None = None, out: str = "benchmarks/results/rl",
@@ -475,7 +490,7 @@ def main(model: str = "smollm2", arms=ARMS, steps: int = 60, prompts: int = 4, g
         with open(spath, "w") as f:
             json.dump(settings, f, indent=1)
     todo = {arm: os.path.join(out, f"{arm}.csv") for arm in arms
-            if completed_steps(os.path.join(out, f"{arm}.csv")) < steps}
+            if not arm_complete(out, arm, steps)}
     ran = {arm: 0 for arm in arms}
     if not todo:
         print(f"all arms complete in {out}", flush=True)

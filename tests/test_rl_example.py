@@ -105,16 +105,17 @@ COMPARED = ("reward_mean", "rollout_tokens", "tau", "draft_size", "completion_le
 
 
 def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
-    """Step-level resume of the auto+refresh arm (tiny model, 4 steps, a checkpoint every 2):
-    stopped after train step 1 (``stop_after``: tunix's final forced save), then crashed in
-    step 3's rollouts (checkpoint 2 is the newest; the CSV rows of steps 2 and 3 are dropped),
-    then finished: the same CSV figures and final policy as one uninterrupted run."""
+    """Step-level resume of the auto+refresh arm (tiny model, 3 steps, a checkpoint every 2):
+    stopped after train step 1 (``stop_after``: tunix's final forced save), then crashed after
+    writing the last step's row, before its update (checkpoint 2 is the newest; the CSV row of
+    step 2 is dropped), then finished: the same CSV figures and final policy as one
+    uninterrupted run."""
     pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
     grpo = _load_grpo()
-    kw = dict(model="tiny", arms=("auto+refresh",), steps=4, prompts=2, group=2, max_new=6,
+    kw = dict(model="tiny", arms=("auto+refresh",), steps=3, prompts=2, group=2, max_new=6,
               ckpt_every=2, ckpt_keep=1)
     one, two = tmp_path / "one", tmp_path / "two"
-    assert grpo.main(**kw, out=str(one), save_dir=str(one / "pol")) == {"auto+refresh": 4}
+    assert grpo.main(**kw, out=str(one), save_dir=str(one / "pol")) == {"auto+refresh": 3}
     assert grpo.main(**kw, out=str(two), stop_after=1) == {"auto+refresh": 1}
 
     class Crash(Exception):
@@ -122,20 +123,20 @@ def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
 
     logged = grpo.StepLog.__call__
 
-    def crash_in_step_3(self, *a, **k):
+    def crash_in_step_2(self, *a, **k):
         out = logged(self, *a, **k)
-        if self.step == 4:   # step 3's row is written
+        if self.step == 3:   # step 2's row is written
             raise Crash
         return out
 
-    monkeypatch.setattr(grpo.StepLog, "__call__", crash_in_step_3)
+    monkeypatch.setattr(grpo.StepLog, "__call__", crash_in_step_2)
     with pytest.raises(Crash):
         grpo.main(**kw, out=str(two))
-    assert [r["step"] for r in grpo.read_arm(str(two / "auto+refresh.csv"))] == [0, 1, 2, 3]
-    monkeypatch.undo()
-    assert grpo.main(**kw, out=str(two), save_dir=str(two / "pol")) == {"auto+refresh": 4}
+    assert [r["step"] for r in grpo.read_arm(str(two / "auto+refresh.csv"))] == [0, 1, 2]
+    monkeypatch.undo()   # 3 rows, but checkpoint 2: not complete
+    assert grpo.main(**kw, out=str(two), save_dir=str(two / "pol")) == {"auto+refresh": 3}
     a, b = (grpo.read_arm(str(d / "auto+refresh.csv")) for d in (one, two))
-    assert [r["step"] for r in b] == [0, 1, 2, 3]
+    assert [r["step"] for r in b] == [0, 1, 2]
     for ra, rb in zip(a, b):
         assert {k: ra[k] for k in COMPARED} == pytest.approx({k: rb[k] for k in COMPARED},
                                                              rel=1e-5, abs=1e-6)
@@ -146,6 +147,6 @@ def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
             for k in x.files:
                 np.testing.assert_allclose(x[k], y[k], rtol=1e-5, atol=1e-6, err_msg=k)
     ckpts = two / "checkpoints" / "auto+refresh"
-    assert sorted(p.name for p in (ckpts / "actor").iterdir() if p.name.isdigit()) == ["4"]
-    assert sorted(p.name for p in (ckpts / "engine").iterdir()) == ["2.pkl", "4.pkl"]
+    assert sorted(p.name for p in (ckpts / "actor").iterdir() if p.name.isdigit()) == ["3"]
+    assert sorted(p.name for p in (ckpts / "engine").iterdir()) == ["2.pkl", "3.pkl"]
     assert grpo.main(**kw, out=str(two)) == {"auto+refresh": 0}   # complete: skipped
