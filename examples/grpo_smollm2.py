@@ -30,12 +30,13 @@ and for ``auto+refresh`` the refreshed drafter and the refresher's optimizer sta
 ``<out>/checkpoints/<arm>/engine/<step>.pkl``. On a rerun tunix restores the policy and
 optimizer and fast-forwards the problem iterator (``restored_global_step``), the engine state of
 that step is put back, the CSV keeps its rows before that step (later rows, from the
-interrupted attempt, are dropped and rerun). Only the last ``--ckpt-keep`` checkpoints are kept
-(SmolLM2-135M: ~1.6 GB each, float32 policy + two Adam moments). Rerunning the same command
-skips every arm whose CSV already holds ``--steps`` rows; an incomplete arm without a
-checkpoint reruns from step 0. Settings are stored next to the CSVs (``settings.json``); a
-rerun with other settings into the same ``--out`` is refused (the checkpoint settings are not
-part of them: they do not change the run).
+interrupted attempt, are dropped and rerun). Only the last ``--ckpt-keep`` checkpoints are
+kept (SmolLM2-135M: 3 x 538 MB ~ 1.6 GB of arrays each, the float32 policy and its two Adam
+moments; the auto+refresh engine state adds ~180 MB, the drafter's 60 MB x 3). Rerunning the
+same command skips every complete arm (its CSV holds ``--steps`` rows and no checkpoint is
+behind it); an incomplete arm without a checkpoint reruns from step 0. Settings are stored
+next to the CSVs (``settings.json``); a rerun with other settings into the same ``--out`` is
+refused (the checkpoint flags are not part of them: they do not change the run).
 
     python examples/grpo_smollm2.py --out benchmarks/results/rl --steps 60   # all arms
     python examples/grpo_smollm2.py --out DIR --arms ar,auto                 # a subset
