@@ -28,7 +28,7 @@ to it, at the same step, the example saves the engine state tunix does not know 
 (``DominoTreeRollout.checkpoint_state``: the PRNG key, the carried ``budget="auto"`` states,
 and for ``auto+refresh`` the refreshed drafter and the refresher's optimizer state), as
 ``<out>/checkpoints/<arm>/engine/<step>.pkl``. On a rerun tunix restores the policy and
-optimizer and fast-forwards the problem iterator (``restored_global_step``), the engine state of
+optimizer and fast-forwards the problem iterator by the restored step, the engine state of
 that step is put back, the CSV keeps its rows before that step (later rows, from the
 interrupted attempt, are dropped and rerun). Only the last ``--ckpt-keep`` checkpoints are
 kept (SmolLM2-135M: 3 x 538 MB ~ 1.6 GB of arrays each, the float32 policy and its two Adam
