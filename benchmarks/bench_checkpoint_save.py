@@ -13,7 +13,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 N_PARAMS = 134_515_008   # SmolLM2-135M (benchmarks/bench_grpo_train_step.py prints it)
