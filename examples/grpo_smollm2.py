@@ -20,11 +20,23 @@ step's seconds / loss / chain τ before it / XLA temp bytes / logits bytes, the 
 the whole step, and ``os.getloadavg()[0]`` (other jobs on the machine slow the rollouts: read
 tokens/s next to it).
 
-Resume: tunix's learner state (policy, optimizer, the engine's auto-policy state and refreshed
-drafter) is not checkpointed here, so an arm is the unit: rerunning the same command skips
-every arm whose CSV already holds ``--steps`` rows and reruns an incomplete arm from step 0
-(its partial CSV is replaced). Settings are stored next to the CSVs (``settings.json``); a
-rerun with other settings into the same ``--out`` is refused.
+Resume: an interrupted arm (killed, crashed, or stopped by ``--stop-after K``) continues from
+its last checkpoint. Every ``--ckpt-every`` steps (and at the end) tunix's own checkpointing
+(``RLTrainingConfig(checkpoint_root_directory=<out>/checkpoints/<arm>,
+checkpointing_options=...)``, orbax) saves the policy's parameters and its AdamW state, and next
+to it, at the same step, the example saves the engine state tunix does not know about
+(``DominoTreeRollout.checkpoint_state``: the PRNG key, the carried ``budget="auto"`` states,
+and for ``auto+refresh`` the refreshed drafter and the refresher's optimizer state), as
+``<out>/checkpoints/<arm>/engine/<step>.pkl``. On a rerun tunix restores the policy and
+optimizer and fast-forwards the problem iterator by the restored step, the engine state of
+that step is put back, the CSV keeps its rows before that step (later rows, from the
+interrupted attempt, are dropped and rerun). Only the last ``--ckpt-keep`` checkpoints are
+kept (SmolLM2-135M: 3 x 538 MB ~ 1.6 GB of arrays each, the float32 policy and its two Adam
+moments; the auto+refresh engine state adds ~180 MB, the drafter's 60 MB x 3). Rerunning the
+same command skips every complete arm (its CSV holds ``--steps`` rows and no checkpoint is
+behind it); an incomplete arm without a checkpoint reruns from step 0. Settings are stored
+next to the CSVs (``settings.json``); a rerun with other settings into the same ``--out`` is
+refused (the checkpoint flags are not part of them: they do not change the run).
 
     python examples/grpo_smollm2.py --out benchmarks/results/rl --steps 60   # all arms
     python examples/grpo_smollm2.py --out DIR --arms ar,auto                 # a subset
@@ -44,6 +56,7 @@ import csv
 import functools
 import json
 import os
+import pickle
 import random
 import re
 import time
@@ -52,6 +65,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 
 from dominotree_jax.rollout import DominoTreeRollout, RolloutConfig, TunixCausalLM
 
@@ -223,12 +237,24 @@ class StepLog:
     calls) that appends the step's row to the arm's CSV and hands the engine's metrics to
     tunix's logger."""
 
-    def __init__(self, path: str, arm: str, engine_ref: list):
+    def __init__(self, path: str, arm: str, engine_ref: list, start: int = 0):
+        """``start``: the step the run starts at (a restored checkpoint's): the CSV keeps its
+        rows of the steps before it, later ones are dropped (``start`` 0: a new CSV)."""
         self.path, self.arm, self.engine_ref = path, arm, engine_ref
-        self.step = 0
+        self.step = start
         self.t_prev = time.perf_counter()
-        with open(path, "w", newline="") as f:
-            csv.DictWriter(f, FIELDS).writeheader()
+        kept = []
+        if start:
+            kept = [r for r in _csv_rows(path) if int(r["step"]) < start]
+            if [int(r["step"]) for r in kept] != list(range(start)):
+                raise ValueError(f"{path} lacks rows of steps before the checkpoint's step "
+                                 f"{start} (found {len(kept)}): it does not belong to this "
+                                 "checkpoint; delete the arm's checkpoints to rerun it")
+        with open(path + ".tmp", "w", newline="") as f:   # (replaced at once: a crash here
+            w = csv.DictWriter(f, FIELDS)                 # loses no kept row)
+            w.writeheader()
+            w.writerows(kept)
+        os.replace(path + ".tmp", path)
 
     def __call__(self, prompts, completions, rewards, **unused):
         eng = self.engine_ref[0]
@@ -269,14 +295,74 @@ class StepLog:
         return eng.tunix_metrics()
 
 
-def run_arm(task: Task, arm: str, settings: dict, csv_path: str,
-            save_dir: str | None = None) -> DominoTreeRollout:
-    """One arm: ``settings["steps"]`` GRPO steps of tunix's learner; returns the engine."""
+class ArmCheckpoints:
+    """tunix's checkpoint manager of the actor, plus the engine state at the same steps.
+
+    Wraps ``actor_trainer.checkpoint_manager``: whenever tunix saves its checkpoint of train
+    step ``n`` (policy parameters + optimizer state, orbax; ``n`` updates done), the engine's
+    ``checkpoint_state`` (which then holds what the rollouts of steps ``< n`` left: the metric
+    function of step ``n - 1`` ran before its update) and the CSV's step counter are written as
+    ``<dir>/<n>.pkl`` (atomically); the newest ``keep + 1`` are kept (orbax keeps ``keep``, and
+    may still be writing the newest)."""
+
+    def __init__(self, inner, directory: str, engine_ref: list, log: StepLog, keep: int):
+        self.inner, self.directory, self.engine_ref, self.log = inner, directory, engine_ref, log
+        self.keep = keep
+        os.makedirs(directory, exist_ok=True)
+
+    def save(self, step, model, optimizer=None, save_only_lora_params=False, force=False,
+             custom_metadata=None):
+        if not custom_metadata:   # tunix's final forced save passes none: restored_global_step
+            # would read 0 (one mini-batch per global step here: global step = train step)
+            custom_metadata = {"global_step": int(step), "role": "actor"}
+        saved = self.inner.save(step, model, optimizer, save_only_lora_params=save_only_lora_params,
+                                force=force, custom_metadata=custom_metadata)
+        if saved:
+            if self.log.step != step:
+                raise RuntimeError(f"tunix saves train step {step} but the CSV is at step "
+                                   f"{self.log.step}")
+            state = {"step": int(step), "engine": self.engine_ref[0].checkpoint_state()}
+            path = engine_state_path(self.directory, step)
+            with open(path + ".tmp", "wb") as f:
+                pickle.dump(state, f)
+            os.replace(path + ".tmp", path)
+            for old in sorted(saved_engine_steps(self.directory))[:-(self.keep + 1)]:
+                os.remove(engine_state_path(self.directory, old))
+        return saved
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def engine_state_path(directory: str, step: int) -> str:
+    return os.path.join(directory, f"{int(step)}.pkl")
+
+
+def saved_engine_steps(directory: str) -> list[int]:
+    if not os.path.isdir(directory):
+        return []
+    return [int(n[:-4]) for n in os.listdir(directory) if re.fullmatch(r"\d+\.pkl", n)]
+
+
+def checkpoint_dir(out: str, arm: str) -> str:
+    return os.path.join(out, "checkpoints", arm)
+
+
+def run_arm(task: Task, arm: str, settings: dict, csv_path: str, save_dir: str | None = None,
+            ckpt_root: str | None = None, ckpt_every: int = 2, ckpt_keep: int = 2,
+            stop_after: int | None = None) -> DominoTreeRollout:
+    """``settings["steps"]`` GRPO steps of tunix's learner for one arm (or until train step
+    ``stop_after``), continuing from the newest checkpoint under ``ckpt_root`` (None: no
+    checkpoints); returns the engine."""
+    import orbax.checkpoint as ocp
     from tunix.rl import rl_cluster as rl_cluster_lib
     from tunix.rl.grpo import grpo_learner
     from tunix.rl.rollout import base_rollout
 
     s = settings
+    if ckpt_every < 1 or ckpt_keep < 1:
+        raise ValueError(f"ckpt_every and ckpt_keep must be >= 1, got {ckpt_every}, "
+                         f"{ckpt_keep}")
     pad = task.pad_id
     policy = TunixCausalLM.from_params(task.tcfg, task.tparams, pad)
     reference = TunixCausalLM.from_params(task.tcfg, jax.tree.map(jnp.copy, task.tparams), pad)
@@ -286,6 +372,10 @@ def run_arm(task: Task, arm: str, settings: dict, csv_path: str,
         LoggedRollout, drafter_config=task.dcfg, drafter_params=task.dparams,
         seed=s["seed"], compiler_options=task.compiler_options,
         **task.engine_options(arm, s["refresh"]))
+    ckpt = {} if ckpt_root is None else dict(
+        checkpoint_root_directory=ckpt_root,
+        checkpointing_options=ocp.CheckpointManagerOptions(save_interval_steps=ckpt_every,
+                                                           max_to_keep=ckpt_keep))
     cluster = rl_cluster_lib.RLCluster(
         actor=policy, reference=reference, tokenizer=task.tokenizer,
         cluster_config=rl_cluster_lib.ClusterConfig(
@@ -295,22 +385,45 @@ def run_arm(task: Task, arm: str, settings: dict, csv_path: str,
                 actor_optimizer=optax.chain(optax.clip_by_global_norm(1.0),
                                             optax.adamw(s["lr"], b1=0.9, b2=0.99,
                                                         weight_decay=0.0)),
-                eval_every_n_steps=10**9, max_steps=s["steps"],
-                rollout_micro_batch_size=s["rollout_prompts"]),
+                eval_every_n_steps=10**9, max_steps=min(s["steps"], stop_after or s["steps"]),
+                rollout_micro_batch_size=s["rollout_prompts"], **ckpt),
             rollout_config=base_rollout.RolloutConfig(
                 max_tokens_to_generate=s["max_new"], max_prompt_length=task.prompt_width,
                 temperature=s["temperature"], top_p=1.0, top_k=None, seed=None,
                 eos_tokens=task.stop_ids)))
     engine_ref = [cluster.rollout]
-    log = StepLog(csv_path, arm, engine_ref)
+    trainer = cluster.actor_trainer
+    start = trainer.train_steps   # tunix's restored checkpoint step (0: none)
+    log = StepLog(csv_path, arm, engine_ref, start)
     learner = grpo_learner.GRPOLearner(
         rl_cluster=cluster, metric_fns=[log],
         reward_fns=lambda prompts, completions, answer, **kw: rewards(completions, answer),
         algo_config=grpo_learner.GRPOConfig(num_generations=s["group"], num_iterations=1,
                                             beta=s["beta"]))
-    learner.train(batches(s["seed"], s["steps"], s["prompts"], task.as_prompt))
+    if ckpt_root is not None:
+        edir = os.path.join(ckpt_root, "engine")
+        if start:
+            path = engine_state_path(edir, start)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"tunix restored train step {start} from {ckpt_root} "
+                                        f"but the engine state of that step ({path}) is missing")
+            with open(path, "rb") as f:
+                saved = pickle.load(f)
+            cluster.rollout.restore_checkpoint_state(saved["engine"])
+            if learner.should_sync_weights:   # else the engine reads the restored variables
+                cluster.rollout.update_params(nnx.state(trainer.model))
+        trainer.checkpoint_manager = ArmCheckpoints(trainer.checkpoint_manager, edir,
+                                                    engine_ref, log, ckpt_keep)
+    print(f"[{arm}] from step {start}" + (f" (checkpoint in {ckpt_root})" if start else ""),
+          flush=True)
+    try:
+        learner.train(batches(s["seed"], s["steps"], s["prompts"], task.as_prompt))
+    finally:   # an interrupted run: let orbax finish writing a checkpoint it has started
+        inner = getattr(trainer.checkpoint_manager, "inner", trainer.checkpoint_manager)
+        if getattr(inner, "_checkpoint_manager", None) is not None:
+            inner._checkpoint_manager.wait_until_finished()
     eng = cluster.rollout
-    if save_dir:   # the trained policy (and drafter) for --speed
+    if save_dir and log.step == s["steps"]:   # the trained policy (and drafter) for --speed
         from dominotree_jax.model.state import state_to_flat
         os.makedirs(save_dir, exist_ok=True)
         np.savez(os.path.join(save_dir, f"{arm}_policy.npz"),
@@ -321,18 +434,40 @@ def run_arm(task: Task, arm: str, settings: dict, csv_path: str,
     return eng
 
 
+def _csv_rows(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
 def completed_steps(csv_path: str) -> int:
-    if not os.path.exists(csv_path):
-        return 0
-    with open(csv_path) as f:
-        return sum(1 for _ in csv.DictReader(f))
+    return len(_csv_rows(csv_path))
+
+
+def latest_checkpoint(ckpt_root: str) -> int | None:
+    """The newest train step tunix has a finished checkpoint of under ``ckpt_root``."""
+    actor = os.path.join(ckpt_root, "actor")
+    steps = [int(n) for n in os.listdir(actor) if n.isdigit()] if os.path.isdir(actor) else []
+    return max(steps, default=None)
+
+
+def arm_complete(out: str, arm: str, steps: int) -> bool:
+    """The arm's CSV holds ``steps`` rows and no checkpoint says an update is still to do (a
+    run that ended after writing its last row but before its last update has one)."""
+    ckpt = latest_checkpoint(checkpoint_dir(out, arm))
+    return completed_steps(os.path.join(out, f"{arm}.csv")) >= steps and (
+        ckpt is None or ckpt >= steps)
 
 
 def main(model: str = "smollm2", arms=ARMS, steps: int = 60, prompts: int = 4, group: int = 4,
          max_new: int = 48, temperature: float = 0.9, lr: float = 3e-5, beta: float = 0.04,
          seed: int = 0, refresh: dict | None = None, out: str = "benchmarks/results/rl",
-         save_dir: str | None = None, rollout_prompts: int = 1) -> dict:
-    """Run the arms not yet complete in ``out``; returns ``{arm: rows run now (0 = skipped)}``."""
+         save_dir: str | None = None, rollout_prompts: int = 1, ckpt_every: int = 2,
+         ckpt_keep: int = 2, stop_after: int | None = None) -> dict:
+    """Run (or continue from their checkpoints, under ``<out>/checkpoints``) the arms not yet
+    complete in ``out``, each until ``steps`` (or train step ``stop_after``); returns ``{arm:
+    the arm's CSV rows after this run (0 = skipped: complete already)}``."""
     for arm in arms:
         if arm not in ARMS:
             raise ValueError(f"unknown arm {arm!r}: one of {ARMS}")
@@ -356,15 +491,16 @@ def main(model: str = "smollm2", arms=ARMS, steps: int = 60, prompts: int = 4, g
         with open(spath, "w") as f:
             json.dump(settings, f, indent=1)
     todo = {arm: os.path.join(out, f"{arm}.csv") for arm in arms
-            if completed_steps(os.path.join(out, f"{arm}.csv")) < steps}
+            if not arm_complete(out, arm, steps)}
     ran = {arm: 0 for arm in arms}
     if not todo:
         print(f"all arms complete in {out}", flush=True)
         return ran
     task = Task(model)
     for arm, path in todo.items():
-        print(f"[{arm}] from step 0 ({completed_steps(path)} rows were there)", flush=True)
-        run_arm(task, arm, settings, path, save_dir)
+        print(f"[{arm}] {completed_steps(path)} rows were there", flush=True)
+        run_arm(task, arm, settings, path, save_dir, checkpoint_dir(out, arm), ckpt_every,
+                ckpt_keep, stop_after)
         ran[arm] = completed_steps(path)
     return ran
 
@@ -524,6 +660,11 @@ if __name__ == "__main__":
     ap.add_argument("--refresh-anchors", type=int, default=4)
     ap.add_argument("--out", default="benchmarks/results/rl")
     ap.add_argument("--save-dir", default=None, help="save each arm's final policy here")
+    ap.add_argument("--ckpt-every", type=int, default=2,
+                    help="checkpoint (tunix + engine state) every N steps, for resuming")
+    ap.add_argument("--ckpt-keep", type=int, default=2, help="keep the newest N checkpoints")
+    ap.add_argument("--stop-after", type=int, default=None,
+                    help="stop (checkpointed) after this train step; a rerun continues")
     ap.add_argument("--report", default=None, help="write the table and plot of a results dir")
     ap.add_argument("--speed", default=None, help="ar vs auto tokens/s; rows to DIR/speed.csv")
     ap.add_argument("--policy", action="append", default=[],
@@ -540,4 +681,5 @@ if __name__ == "__main__":
         main(args.model, tuple(a for a in args.arms.split(",") if a), args.steps, args.prompts,
              args.group, args.max_new, args.temperature, args.lr, args.beta, args.seed,
              dict(lr=args.refresh_lr, anchors=args.refresh_anchors, rows=None), args.out,
-             args.save_dir, args.rollout_prompts)
+             args.save_dir, args.rollout_prompts, args.ckpt_every, args.ckpt_keep,
+             args.stop_after)

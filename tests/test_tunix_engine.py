@@ -185,3 +185,35 @@ def test_bad_inputs_are_named(pair, eng):
         eng.generate(PROMPTS, rcfg(temperature=-1.0))
     with pytest.raises(ValueError, match="empty prompt"):
         eng.generate([[]], rcfg())
+
+
+def test_checkpoint_state_resumes_the_same_rollouts(pair):
+    """``budget="auto"`` + drafter refresh, fresh keys per call: an engine rebuilt from the
+    initial settings and given ``checkpoint_state()`` (through pickle, as the GRPO example
+    stores it) makes the rollouts the saved engine makes next (key, carried auto state,
+    refreshed drafter and its optimizer state all restored)."""
+    import pickle
+    kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6), drafter_refresh={"lr": 1e-2,
+                                                                       "anchors": 3})
+    rc = rcfg(temperature=1.0, top_p=1.0, seed=None)
+    a = make_engine(pair, seed=3, **kw)
+    a.generate(PROMPTS, rc)
+    saved = pickle.loads(pickle.dumps(a.checkpoint_state()))
+    want = [a.generate(PROMPTS, rc) for _ in range(2)]
+    b = make_engine(pair, seed=3, **kw)
+    fresh = b.generate(PROMPTS, rc)   # what an engine that was not restored would do next
+    b.restore_checkpoint_state(saved)   # (its key, auto state and drafter all replaced)
+    got = [b.generate(PROMPTS, rc) for _ in range(2)]
+    for w, g in zip(want, got):
+        for x, y, lx, ly in zip(w.tokens, g.tokens, w.logprobs, g.logprobs):
+            np.testing.assert_array_equal(x, y)
+            np.testing.assert_allclose(lx, ly, atol=1e-6)
+    assert any(not np.array_equal(x, y) for x, y in zip(want[0].tokens, fresh.tokens))
+    assert a.refresher.num_steps == b.refresher.num_steps == 3
+    for x, y in zip(jax.tree.leaves(a.params["drafter"]), jax.tree.leaves(b.params["drafter"])):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
+    assert [r["loss"] for r in a.refresh_log[1:]] == pytest.approx(
+        [r["loss"] for r in b.refresh_log[1:]], abs=1e-5)
+    with pytest.raises(ValueError, match="refresh"):
+        make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6)).restore_checkpoint_state(
+            saved)

@@ -42,6 +42,7 @@ one it holds that copy, which tunix sees as separate weights and refreshes throu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any, Sequence
 
@@ -399,6 +400,40 @@ class DominoTreeRollout(BaseRollout):
             return jax.device_put(new, cur.sharding) if isinstance(cur, jax.Array) else new
         self._params = dict(self._params, drafter=without_explicit_axes(
             jax.tree.map(placed, drafter_params, old)))
+
+    def checkpoint_state(self) -> dict:
+        """Host (numpy) copies of what the engine carries from rollout to rollout that is not
+        the target's parameters (tunix checkpoints those): the PRNG key, the carried
+        ``budget="auto"`` states (keyed by ``(DecodeConfig, rows)``), the last rollout
+        temperature and, with the drafter refresh on, the refreshed drafter and the
+        refresher's optimizer state. ``restore_checkpoint_state`` puts it back: the next
+        rollouts are then those the saved engine would have made."""
+        host = functools.partial(jax.tree.map, np.asarray)
+        state = {"key": np.asarray(jax.random.key_data(self._key)),
+                 "auto_states": {k: host(v) for k, v in self._auto_states.items()},
+                 "last_temperature": self._last_temperature, "refresher": None}
+        if self.refresher is not None:
+            r = self.refresher
+            state["refresher"] = {"flat": host(r.flat), "opt_state": host(r.opt_state),
+                                  "num_steps": r.num_steps}
+        return state
+
+    def restore_checkpoint_state(self, state: dict) -> None:
+        """The inverse of ``checkpoint_state`` on an engine built with the same settings."""
+        if (state["refresher"] is None) != (self.refresher is None):
+            raise ValueError("the checkpointed engine state and this engine disagree on the "
+                             "drafter refresh (one has it on, the other off)")
+        self._key = jax.random.wrap_key_data(jnp.asarray(state["key"], jnp.uint32))
+        self._auto_states = dict(state["auto_states"])
+        self._last_temperature = float(state["last_temperature"])
+        if self.refresher is not None:
+            r, saved = self.refresher, state["refresher"]
+            if jax.tree.structure(saved["flat"]) != jax.tree.structure(r.flat):
+                raise ValueError("the checkpointed refreshed drafter has another structure")
+            r.flat = jax.tree.map(jnp.asarray, saved["flat"])
+            r.opt_state = jax.tree.map(jnp.asarray, saved["opt_state"])
+            r.num_steps = int(saved["num_steps"])
+            self.update_drafter_params(r.state)
 
     def pad_id(self) -> int:
         if self._tok is None:
