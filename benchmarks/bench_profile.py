@@ -136,12 +136,18 @@ def profile_shape(target, params, B: int, R: int, S: int, repeats: int,
     q_BRQD = jnp.asarray(np.random.default_rng(4).standard_normal((B, R, Q, D)), jnp.float32)
     new_BRKD = jnp.ones((B, R, K, D), kv_dtype)
 
+    try:    # a bf16 cache stored as bits (model/cache.py); older trees: the values themselves
+        from dominotree_jax.model.cache import view_layer as view
+    except ImportError:
+        def view(c):
+            return c
+
     @jax.jit
     def attention(q, cache, ancestor_BRR):
         acc = q
         for i in range(nl):
-            acc = acc + L.attend_cached(acc, new_BRKD, new_BRKD, ancestor_BRR, cache.k[i],
-                                        cache.v[i], start_B)
+            acc = acc + L.attend_cached(acc, new_BRKD, new_BRKD, ancestor_BRR, view(cache.k[i]),
+                                        view(cache.v[i]), start_B)
         return acc
 
     from dominotree_jax.model.cache import write_layer  # (this tree's per-layer cache)

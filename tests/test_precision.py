@@ -32,7 +32,8 @@ fast_decode = jax.jit(decode, static_argnames="config", compiler_options=FAST_XL
 MOVES = {"reshape", "transpose", "broadcast_in_dim", "concatenate", "slice", "dynamic_slice",
          "dynamic_update_slice", "gather", "scatter", "select_n", "squeeze", "expand_dims",
          "copy", "copy_p", "pad", "convert_element_type", "split", "pjit", "jit", "while",
-         "cond", "scan", "closed_call", "optimization_barrier", "stack"}
+         "cond", "scan", "closed_call", "optimization_barrier", "stack",
+         "bitcast_convert_type"}   # (a bf16 cache stored as its bits: model/cache.py)
 
 
 def _bf16(tree):

@@ -9,6 +9,15 @@ Why per layer and kv-head major: slicing layer ``i`` out of one stacked ``[L, ..
 inside the jitted forward made XLA CPU run every attention product on a strided view, 3-8x
 slower (``benchmarks/results/profile.md``); a ``[S, D]`` panel per (batch, kv head) is what
 the attention matmuls read contiguously.
+
+Why a bfloat16 cache holds ``uint16``: XLA:CPU has no bfloat16 scatter or dynamic-update-slice;
+it lowers one as "convert the whole layer cache to float32, write, convert back", O(cache) work
+per layer per step (136 ms against 0.7 ms per batch-16 step of SmolLM2-135M on an Intel Xeon,
+``benchmarks/results/precision/profile_bf16_xeon.md``). An integer scatter is done in place, and
+a bitcast between same-width types on the (per-step, row-sized) new rows or inside the
+attention read is free, so a bfloat16 cache stores the values' bits (``CACHE_BITS``): identical
+values, the write in place. ``view_layer`` gives the bfloat16 view to read; ``write_layer``
+takes rows in any float dtype. Other dtypes are stored as they are.
 """
 
 from __future__ import annotations
@@ -21,12 +30,40 @@ from jax import lax
 
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
-    from jaxtyping import Array, Float
+    from jaxtyping import Array, Float, Shaped
+
+# a bfloat16 cache layer is stored as its bits in this dtype (module docstring)
+CACHE_BITS = jnp.dtype(jnp.uint16)
+
+
+def storage_dtype(dtype) -> jnp.dtype:
+    """The dtype a cache of values in ``dtype`` is stored in (``CACHE_BITS`` for bfloat16)."""
+    return CACHE_BITS if jnp.dtype(dtype) == jnp.bfloat16 else jnp.dtype(dtype)
+
+
+def value_dtype(stored_dtype) -> jnp.dtype:
+    """The dtype of the values a cache array of ``stored_dtype`` holds."""
+    stored_dtype = jnp.dtype(stored_dtype)
+    return jnp.dtype(jnp.bfloat16) if stored_dtype == CACHE_BITS else stored_dtype
+
+
+def view_layer(cache_BKSD: jax.Array) -> jax.Array:
+    """One stored cache layer as its values (the bfloat16 view of a ``CACHE_BITS`` layer)."""
+    if cache_BKSD.dtype == CACHE_BITS:
+        return lax.bitcast_convert_type(cache_BKSD, jnp.bfloat16)
+    return cache_BKSD
+
+
+def _as_stored(new: jax.Array, stored_dtype) -> jax.Array:
+    """New rows in the cache's storage form (cast to its value dtype, then its bits)."""
+    new = new.astype(value_dtype(stored_dtype))
+    return lax.bitcast_convert_type(new, CACHE_BITS) if stored_dtype == CACHE_BITS else new
 
 
 class KVCache(NamedTuple):
-    k: tuple[Float[Array, "B K S D"], ...]  # one per layer
-    v: tuple[Float[Array, "B K S D"], ...]  # one per layer
+    # one per layer, stored: float values, or a bfloat16 layer's bits (``view_layer`` reads)
+    k: tuple[Shaped[Array, "B K S D"], ...]
+    v: tuple[Shaped[Array, "B K S D"], ...]
 
     @property
     def max_len(self) -> int:
@@ -36,9 +73,16 @@ class KVCache(NamedTuple):
     def num_layers(self) -> int:
         return len(self.k)
 
+    @property
+    def dtype(self) -> jnp.dtype:
+        """The dtype of the values held (bfloat16 for a cache stored as bits)."""
+        return value_dtype(self.k[0].dtype)
+
     @classmethod
     def zeros(cls, num_layers, batch, max_len, num_kv_heads, head_dim, dtype=jnp.float32):
+        """A cache of values in ``dtype``, stored as ``storage_dtype(dtype)`` (zero bits: 0.0)."""
         shape = (batch, num_kv_heads, max_len, head_dim)
+        dtype = storage_dtype(dtype)
         return cls(tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
                    tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)))
 
@@ -80,12 +124,14 @@ def write_rows_at(cache_BSX: jax.Array, new_BTX: jax.Array, slots_BT: jax.Array)
 
 def write_layer(cache_BKSD: jax.Array, new_BTKD: jax.Array, start_B: jax.Array) -> jax.Array:
     """Write ``T`` new rows ``[B, T, K, D]`` at slots ``start_b ..`` of one layer's cache
-    ``[B, K, S, D]`` (rows past the end are dropped), in place under jit."""
+    ``[B, K, S, D]`` (rows past the end are dropped), in place under jit. ``new`` is cast to the
+    cache's value dtype; a ``CACHE_BITS`` cache gets the bfloat16 rows' bits."""
     slots_BT = start_B[:, None] + jnp.arange(new_BTKD.shape[1])[None]
     dnums = lax.ScatterDimensionNumbers(
         update_window_dims=(2, 3), inserted_window_dims=(2,), scatter_dims_to_operand_dims=(2,),
         operand_batching_dims=(0,), scatter_indices_batching_dims=(0,))
-    return lax.scatter(cache_BKSD, slots_BT[..., None], new_BTKD.astype(cache_BKSD.dtype), dnums,
+    new_BTKD = _as_stored(new_BTKD, cache_BKSD.dtype)
+    return lax.scatter(cache_BKSD, slots_BT[..., None], new_BTKD, dnums,
                        mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.model.cache import KVCache, KVRows, gather_rows, write_layer
+from dominotree_jax.model.cache import KVCache, KVRows, gather_rows, view_layer, write_layer
 from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend,
                                          attend_cached, matmul_t, rope_cos_sin, rope_inv_freq)
 from dominotree_jax.precision import ACTIVATION_DTYPE, params_precision, to_activation
@@ -81,8 +81,8 @@ class TargetModel(nnx.Module):
         def attn(i, q, k, v, cache_k, cache_v):
             cache_k = write_layer(cache_k, k, write_start_B)
             cache_v = write_layer(cache_v, v, write_start_B)
-            out = attend(q, cache_k.transpose(0, 2, 1, 3), cache_v.transpose(0, 2, 1, 3),
-                         mask_BTS)
+            out = attend(q, view_layer(cache_k).transpose(0, 2, 1, 3),
+                         view_layer(cache_v).transpose(0, 2, 1, 3), mask_BTS)
             return out, cache_k, cache_v
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
 
@@ -95,8 +95,9 @@ class TargetModel(nnx.Module):
             # the pre-write cache made XLA copy every layer's cache to keep the old value.
             cache_k = write_layer(cache_k, k, write_start_B)
             cache_v = write_layer(cache_v, v, write_start_B)
-            q, k, v = _kv_operands(q, k, v, cache_k.dtype)
-            return (attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
+            kc, vc = view_layer(cache_k), view_layer(cache_v)
+            q, k, v = _kv_operands(q, k, v, kc.dtype)
+            return (attend_cached(q, k, v, block_mask_BTT, kc, vc, prefix_B,
                                   mode=self.cfg.attention_impl), cache_k, cache_v)
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
 
@@ -107,8 +108,9 @@ class TargetModel(nnx.Module):
         (a cache only read inside a ``lax.switch`` branch is not copied; one updated there is
         copied whole by XLA)."""
         def attn(i, q, k, v, cache_k, cache_v):
-            q, k, v = _kv_operands(q, k, v, cache_k.dtype)
-            out = attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
+            kc, vc = view_layer(cache_k), view_layer(cache_v)
+            q, k, v = _kv_operands(q, k, v, kc.dtype)
+            out = attend_cached(q, k, v, block_mask_BTT, kc, vc, prefix_B,
                                 mode=self.cfg.attention_impl)
             return out, cache_k, cache_v
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
