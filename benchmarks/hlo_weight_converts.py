@@ -71,6 +71,14 @@ def main(argv=None):
                 for name, lines in comps.items() if name != "ENTRY"
                 and not name.lstrip("%").startswith(("fused", "wrapped"))}
     per_iter = sum(per_comp.values())
+    shapes = {}   # the per-iteration upcasts by weight shape
+    for name, lines in comps.items():
+        if name != "ENTRY" and not name.lstrip("%").startswith(("fused", "wrapped")):
+            for ln in lines:
+                m = upcast.search(ln)
+                if m:
+                    shape = re.search(r"f32\[([\d,]+)\]", ln).group(1)
+                    shapes[shape] = shapes.get(shape, 0) + 1
     branches = set(re.findall(r"branch_computations=\{([^}]*)\}", hlo))
     in_branch = {c.strip().lstrip("%") for b in branches for c in b.split(",")}
     in_branch |= set(re.findall(r"(?:true|false)_computation=%?([\w.\-]+)", hlo))
@@ -81,7 +89,8 @@ def main(argv=None):
           f"output float32 weight-shaped arrays (once per call); {len(bodies)} while loop(s) "
           f"whose bodies name a bf16 weight shape on {in_body} line(s); {per_iter} float32 "
           f"weight-shaped convert/fusion outputs outside the entry (per iteration)"
-          + (f": in {where}" if where else ""))
+          + (f": in {where}; shapes " + ", ".join(f"[{k}] x{v}" for k, v in shapes.items())
+             if where else ""))
 
 
 if __name__ == "__main__":

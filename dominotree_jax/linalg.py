@@ -12,7 +12,7 @@ import jax
 from dominotree_jax.precision import product
 
 
-def matmul_t(x: jax.Array, w: jax.Array, precision=None) -> jax.Array:
+def matmul_t(x: jax.Array, w: jax.Array, precision=None, operand_dtype=None) -> jax.Array:
     """``x @ w.T`` for ``x [..., in]`` and ``w`` stored ``[out, in]`` → ``[..., out]``; float32
-    result whatever ``w``'s dtype."""
-    return product(x, w, precision)
+    result whatever ``w``'s dtype (``operand_dtype``: see ``precision.product``)."""
+    return product(x, w, precision, operand_dtype)

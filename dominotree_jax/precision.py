@@ -71,12 +71,21 @@ def check_pair(target_dtype, drafter_dtype) -> tuple[str, str]:
     return t, d
 
 
-def product(x: jax.Array, w: jax.Array, precision=None) -> jax.Array:
+def product(x: jax.Array, w: jax.Array, precision=None, operand_dtype=None) -> jax.Array:
     """``x @ w.T`` (``x [..., in]``, ``w [out, in]``) under the policy: operands in ``w``'s
     dtype, float32 accumulation and output.
 
-    A float32 weight runs the plain float32 product (unchanged from the float32 engine)."""
+    A float32 weight runs the plain float32 product (unchanged from the float32 engine).
+    ``operand_dtype`` (a 16-bit precision, with a float32 ``w``): ``w`` is the float32 view of
+    weights held in that precision (``float32_view``); ``x`` is rounded to it first, then the
+    float32 product runs -- what XLA:CPU makes of the 16-bit product itself."""
     dims = (((x.ndim - 1,), (1,)), ((), ()))
+    if operand_dtype is not None and jnp.dtype(operand_dtype) != w.dtype:
+        if w.dtype != jnp.float32:
+            raise PrecisionError(f"operand_dtype {operand_dtype!r} needs the float32 view of "
+                                 f"the weights, got a {w.dtype} weight")
+        x = x.astype(operand_dtype).astype(jnp.float32)
+        return jax.lax.dot_general(x, w, dims, precision=precision)
     if w.dtype == jnp.float32:
         return jax.lax.dot_general(x.astype(jnp.float32), w, dims, precision=precision)
     return jax.lax.dot_general(x.astype(w.dtype), w, dims, precision=precision,
@@ -89,6 +98,25 @@ def cast_params(tree, precision):
     dt = jnp.dtype(precision_name(precision))
     return jax.tree.map(lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x,
                         tree)
+
+
+def uses_float32_view(precision, backend: str) -> bool:
+    """Whether one-row work (``budget="auto"``'s plain step) on ``precision`` weights runs on
+    their float32 view, made once per ``decode`` call before its loop.
+
+    On CPU, yes for the 16-bit precisions: XLA:CPU has no fast one-row 16-bit product (a
+    ``[1, 576] x [576, 6144]`` bf16 product is 3x slower than float32 even on AMX machines,
+    issue 20) and lowers it as upcast-the-weight + float32 product. Inside a ``while`` loop it
+    hoists that upcast (so ``ar`` and fixed budgets pay it once per call), but not out of the
+    auto round's ``lax.switch`` branch, where it ran every round. Elsewhere (GPU, TPU) the
+    16-bit product is the fast, bandwidth-bound one: no view."""
+    return precision_name(precision) != "float32" and backend == "cpu"
+
+
+def float32_view(tree):
+    """``tree`` with its floating leaves upcast to float32: exact (bf16 and f16 values are
+    float32 values), for products that take ``operand_dtype`` = the original precision."""
+    return cast_params(tree, "float32")
 
 
 def to_activation(x: jax.Array) -> jax.Array:

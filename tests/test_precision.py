@@ -4,20 +4,23 @@ and, on the real SmolLM2, the bf16 T=0 near-tie property."""
 
 from __future__ import annotations
 
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 import dominotree_jax as dj
 from dominotree_jax import DecodeConfig, decode
 from dominotree_jax.domino_head import domino_chain
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter
-from dominotree_jax.model.target import bind_target, prefill
-from dominotree_jax.precision import (PrecisionError, check_pair, params_precision,
-                                      precision_name, product)
+from dominotree_jax.model.target import bind_float32_view, bind_target, prefill
+from dominotree_jax.precision import (PrecisionError, check_pair, float32_view,
+                                      params_precision, precision_name, product,
+                                      uses_float32_view)
 
 from decode_helpers import FAST_XLA
 from spec_fixtures import first_tokens_chi_square_p, tiny_pair
@@ -127,6 +130,108 @@ def test_product_casts_the_activation_and_accumulates_in_float32():
     # a float32 weight: the plain float32 product, bit for bit
     np.testing.assert_array_equal(
         product(x, w), jax.lax.dot_general(x, w, (((1,), (1,)), ((), ()))))
+
+
+def test_float32_view_products_round_the_input_like_the_bf16_product():
+    """``operand_dtype`` on a float32 view: the input rounded to bf16, then the float32
+    product -- the bf16 x bf16 -> float32 product's value (bf16 x bf16 products are exact in
+    float32; only the summation order may differ)."""
+    x = jax.random.normal(jax.random.key(0), (3, 64))
+    w16 = jax.random.normal(jax.random.key(1), (5, 64)).astype(jnp.bfloat16)
+    view = float32_view(w16)
+    assert view.dtype == F32
+    want = np.asarray(x.astype(jnp.bfloat16), np.float64) @ np.asarray(w16, np.float64).T
+    for rows in (1, 3):
+        y = product(x[:rows], view, operand_dtype="bfloat16")
+        assert y.dtype == F32
+        np.testing.assert_allclose(np.asarray(y), want[:rows], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(y), np.asarray(product(x[:rows], w16)),
+                                   rtol=1e-6, atol=1e-6)
+    # the unrounded float32 product is measurably different: the rounding is not a no-op
+    assert np.max(np.abs(np.asarray(product(x, view)) - want)) > 1e-4
+    with pytest.raises(PrecisionError, match="float32 view"):
+        product(x, w16, operand_dtype="float16")
+
+
+def test_float32_view_target_runs_the_bf16_one_row_step():
+    tcfg, _, params = tiny_pair()
+    p16 = _bf16(params["target"])
+    view = bind_float32_view(tcfg, p16)
+    assert params_precision(nnx.state(view)) == "float32"
+    B, S = 2, 16
+    cache = KVCache.zeros(tcfg.num_hidden_layers, B, S, tcfg.num_key_value_heads, tcfg.head_dim,
+                          jnp.bfloat16)
+    tok, start = jnp.array([[3], [7]]), jnp.array([2, 5])
+    one = jnp.ones((B, 1, 1), bool)
+
+    def step(target):
+        out = target.forward_cached(tok, start[:, None], cache, start, start, one, (0,))
+        return np.asarray(target.logits(out.hidden)), out.cache
+
+    got, got_cache = step(view)
+    want, want_cache = step(bind_target(tcfg, p16))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # the cache keeps the bf16 precision (the same stored bits)
+    for a, b in zip(jax.tree.leaves(got_cache), jax.tree.leaves(want_cache)):
+        assert a.dtype == b.dtype
+    # float32 parameters need no view: the target itself
+    f32_logits, _ = step(bind_float32_view(tcfg, params["target"]))
+    np.testing.assert_array_equal(f32_logits, step(bind_target(tcfg, params["target"]))[0])
+    assert uses_float32_view("bfloat16", "cpu") and not uses_float32_view("bfloat16", "gpu")
+    assert not uses_float32_view("float32", "cpu")
+
+
+def _per_iteration_upcasts(hlo: str, shapes) -> int:
+    """float32 arrays of the given weight shapes made by a convert (or a fusion) outside the
+    entry computation: weight upcasts run every loop iteration or conditional branch."""
+    import re
+    pattern = re.compile(r"=\s*f32\[(" + "|".join(f"{a},{b}" for a, b in shapes)
+                         + r")\]\S*\s+(fusion|convert)\(")
+    count, name = 0, None
+    for ln in hlo.splitlines():
+        if ln and not ln.startswith(" ") and ln.rstrip().endswith("{"):
+            name = ln.split()[0 if not ln.startswith("ENTRY") else 1].lstrip("%")
+            inner = ln.startswith("ENTRY") or name.startswith(("fused", "wrapped"))
+        elif name is not None and not inner and pattern.search(ln):
+            count += 1
+    return count
+
+
+def test_bf16_auto_decode_upcasts_no_target_weight_inside_its_loop(monkeypatch):
+    """``budget="auto"`` in bf16 on CPU: the plain-step branch runs on the float32 view made
+    before the loop (XLA hoists no convert out of a ``lax.switch`` branch), so no target weight
+    is upcast per round; the tokens stay those of bf16 ``ar`` at T=0."""
+    from dominotree_jax.decoding.auto_size import AutoPolicy, initial_state
+    from dominotree_jax.model.drafter import init_drafter_params
+    from dominotree_jax.model.target import init_target_params
+    tcfg0, dcfg, _ = tiny_pair()
+    # an MLP width and a vocabulary the drafter does not share: their shapes are the target's
+    tcfg = dataclasses.replace(tcfg0, intermediate_size=80, vocab_size=72)
+    dcfg = dataclasses.replace(dcfg, vocab_size=72, mask_token_id=71)
+    tp = jax.tree.map(lambda x: x * 6.0 if x.ndim == 2 else x, init_target_params(tcfg, 0))
+    p16 = _bf16({"target": tp, "drafter": init_drafter_params(dcfg, 1)})
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", max_new_tokens=24,
+                       budget="auto", node_topk=3, top_m=16)
+    assert AutoPolicy(cfg, 1).can_pay
+    H, I, V = tcfg.hidden_size, 80, 72
+    shapes = [(I, H), (H, I), (V, H)]
+    prompt = jnp.array([[3, 17, 5, 9, 33, 2, 8]])
+    state = initial_state(cfg, 1)
+
+    def upcasts():   # a fresh function each time: no trace cached from another setting
+        def fn(p, x, st):
+            return decode(p, x, config=cfg, auto_state=st)
+        return _per_iteration_upcasts(jax.jit(fn).lower(p16, prompt, state).compile().as_text(),
+                                      shapes)
+
+    assert upcasts() == 0
+    ar = fast_decode(p16, prompt, config=dataclasses.replace(cfg, method="ar", budget=16))
+    out = fast_decode(p16, prompt, config=cfg, auto_state=state)
+    np.testing.assert_array_equal(out.tokens, ar.tokens)
+    # without the view (what a GPU runs), the branch upcasts the target's weights every round
+    monkeypatch.setattr("dominotree_jax.decoding.decode.uses_float32_view",
+                        lambda *a: False)
+    assert upcasts() > 0
 
 
 def _target_fns(tcfg, tparams, B=2, T=5, S=24):

@@ -80,7 +80,8 @@ def first_nodes(draft: Draft, n: int) -> Draft:
 
 
 def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> Draft:
-    """Greedy chain of ``J`` nodes: DFlash (argmax of the base logits) or Domino (corrected)."""
+    """Greedy chain of ``J`` nodes: DFlash (argmax of the base logits) or Domino (corrected).
+    ``target``: whose token embedding the Domino head reads."""
     if config.method == "dflash":
         tokens_BJ, logprobs_BJ = dflash_chain(base_BJV)
     else:
@@ -105,11 +106,15 @@ def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> 
     return draft_from_tree(jax.vmap(one)(base_BJV, z_BJH, t0_B))
 
 
-def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B) -> Draft:
+def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B,
+                head_target=None) -> Draft:
     """The drafter's block forward after ``t0`` at positions ``start …``, then the chain or
-    tree built on its outputs."""
+    tree built on its outputs. ``head_target`` (default ``target``): the target whose token
+    embedding the Domino head's float32 products read -- ``auto_round`` passes the float32
+    view of 16-bit weights made before the loop, so the embedding is not upcast every round."""
     if config.method == "ar":
         return empty_draft(t0_B.shape[0])
     z_BJH, base_BJV = drafter.draft(target, ctx, t0_B, start_B)
     build = chain_draft if config.method in CHAIN_METHODS else tree_draft
-    return build(config, target, drafter, z_BJH, base_BJV, t0_B)
+    return build(config, target if head_target is None else head_target, drafter, z_BJH,
+                 base_BJV, t0_B)

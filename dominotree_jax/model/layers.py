@@ -22,14 +22,16 @@ _INIT_STD = 0.02
 
 class Linear(nnx.Module):
     def __init__(self, in_features: int, out_features: int, *, bias: bool = False,
-                 dtype=jnp.float32, rngs: nnx.Rngs):
+                 dtype=jnp.float32, operand_dtype: str | None = None, rngs: nnx.Rngs):
         self.weight = nnx.Param(
             _INIT_STD * jax.random.normal(rngs.params(), (out_features, in_features), dtype))
         self.bias = nnx.Param(jnp.zeros((out_features,), dtype)) if bias else None
+        self.operand_dtype = operand_dtype   # static; None: the weight's dtype
 
     def __call__(self, x):
-        """float32 ``x @ W.T (+ b)``: ``x`` cast to the weight's dtype at the product only."""
-        y = matmul_t(x, self.weight[...])
+        """float32 ``x @ W.T (+ b)``: ``x`` cast to the weight's dtype (or ``operand_dtype``,
+        on a float32 view of 16-bit weights) at the product only."""
+        y = matmul_t(x, self.weight[...], operand_dtype=self.operand_dtype)
         return y if self.bias is None else y + self.bias[...].astype(y.dtype)
 
 
@@ -51,10 +53,12 @@ class RMSNorm(nnx.Module):
 
 
 class SwiGLU(nnx.Module):
-    def __init__(self, hidden: int, intermediate: int, *, dtype, rngs: nnx.Rngs):
-        self.gate_proj = Linear(hidden, intermediate, dtype=dtype, rngs=rngs)
-        self.up_proj = Linear(hidden, intermediate, dtype=dtype, rngs=rngs)
-        self.down_proj = Linear(intermediate, hidden, dtype=dtype, rngs=rngs)
+    def __init__(self, hidden: int, intermediate: int, *, dtype, operand_dtype=None,
+                 rngs: nnx.Rngs):
+        lin = functools.partial(Linear, dtype=dtype, operand_dtype=operand_dtype, rngs=rngs)
+        self.gate_proj = lin(hidden, intermediate)
+        self.up_proj = lin(hidden, intermediate)
+        self.down_proj = lin(intermediate, hidden)
 
     def __call__(self, x):
         return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -306,12 +310,14 @@ class Attention(nnx.Module):
     """Qwen3/Llama/Qwen2 attention projections (optional q/k RMSNorm, optional qkv bias)."""
 
     def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int, *,
-                 qk_norm: bool, bias: bool, eps: float, dtype, rngs: nnx.Rngs):
+                 qk_norm: bool, bias: bool, eps: float, dtype, operand_dtype=None,
+                 rngs: nnx.Rngs):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.q_proj = Linear(hidden, num_heads * head_dim, bias=bias, dtype=dtype, rngs=rngs)
-        self.k_proj = Linear(hidden, num_kv_heads * head_dim, bias=bias, dtype=dtype, rngs=rngs)
-        self.v_proj = Linear(hidden, num_kv_heads * head_dim, bias=bias, dtype=dtype, rngs=rngs)
-        self.o_proj = Linear(num_heads * head_dim, hidden, dtype=dtype, rngs=rngs)
+        lin = functools.partial(Linear, dtype=dtype, operand_dtype=operand_dtype, rngs=rngs)
+        self.q_proj = lin(hidden, num_heads * head_dim, bias=bias)
+        self.k_proj = lin(hidden, num_kv_heads * head_dim, bias=bias)
+        self.v_proj = lin(hidden, num_kv_heads * head_dim, bias=bias)
+        self.o_proj = lin(num_heads * head_dim, hidden)
         self.q_norm = RMSNorm(head_dim, eps, dtype=dtype) if qk_norm else None
         self.k_norm = RMSNorm(head_dim, eps, dtype=dtype) if qk_norm else None
 

@@ -27,20 +27,22 @@ from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.cache import KVCache, KVRows, gather_rows, view_layer, write_layer
 from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend,
                                          attend_cached, matmul_t, rope_cos_sin, rope_inv_freq)
-from dominotree_jax.precision import ACTIVATION_DTYPE, params_precision, to_activation
+from dominotree_jax.precision import (ACTIVATION_DTYPE, float32_view, params_precision,
+                                      to_activation)
 
 PREFILL_CHUNK = 256  # prompt tokens per prefill forward (one compiled chunk program)
 
 
 class DecoderLayer(nnx.Module):
-    def __init__(self, cfg: TargetConfig, *, dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: TargetConfig, *, dtype, operand_dtype=None, rngs: nnx.Rngs):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype)
         self.self_attn = Attention(cfg.hidden_size, cfg.num_attention_heads,
                                    cfg.num_key_value_heads, cfg.head_dim, qk_norm=cfg.qk_norm,
                                    bias=cfg.attention_bias, eps=cfg.rms_norm_eps, dtype=dtype,
-                                   rngs=rngs)
+                                   operand_dtype=operand_dtype, rngs=rngs)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype)
-        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, dtype=dtype, rngs=rngs)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, dtype=dtype,
+                          operand_dtype=operand_dtype, rngs=rngs)
 
 
 class ForwardOut(NamedTuple):
@@ -51,14 +53,20 @@ class ForwardOut(NamedTuple):
 
 
 class TargetModel(nnx.Module):
-    def __init__(self, cfg: TargetConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
+    def __init__(self, cfg: TargetConfig, *, dtype=jnp.float32, operand_dtype=None,
+                 rngs: nnx.Rngs):
+        """``operand_dtype`` (static): the float32 view of 16-bit weights (``bind_float32_view``)
+        rounds every product's input to that precision; None: the weights' own dtype."""
         self.cfg = cfg
+        self.operand_dtype = operand_dtype
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, rngs=rngs)
-        self.layers = nnx.List([DecoderLayer(cfg, dtype=dtype, rngs=rngs)
+        self.layers = nnx.List([DecoderLayer(cfg, dtype=dtype, operand_dtype=operand_dtype,
+                                             rngs=rngs)
                                 for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype)
         self.lm_head = (None if cfg.tie_word_embeddings else
-                        Linear(cfg.hidden_size, cfg.vocab_size, dtype=dtype, rngs=rngs))
+                        Linear(cfg.hidden_size, cfg.vocab_size, dtype=dtype,
+                               operand_dtype=operand_dtype, rngs=rngs))
 
     # -- pieces shared with the drafter (which has no embedding or head of its own)
     def embed(self, tokens):
@@ -72,7 +80,8 @@ class TargetModel(nnx.Module):
     def logits(self, hidden_sH):
         """float32 logits ``[..., V]`` from final-normed hidden states (a float32-accumulated
         product whatever the weights' dtype: never quantised to bf16)."""
-        return matmul_t(hidden_sH, self.head_weight_VH).astype(jnp.float32)
+        return matmul_t(hidden_sH, self.head_weight_VH,
+                        operand_dtype=self.operand_dtype).astype(jnp.float32)
 
     def __call__(self, tokens_BT, positions_BT, mask_BTS, cache: KVCache, write_start_B,
                  tap_layers: tuple[int, ...] = ()) -> ForwardOut:
@@ -155,10 +164,12 @@ def _kv_operands(q, k, v, kv_dtype):
 
 
 @functools.lru_cache(maxsize=None)
-def target_graphdef(cfg: TargetConfig, dtype_name: str = "float32"):
+def target_graphdef(cfg: TargetConfig, dtype_name: str = "float32",
+                    operand_name: str | None = None):
     """(graphdef, abstract state) of a ``TargetModel`` for ``cfg``: no arrays are allocated."""
     abstract = nnx.eval_shape(
-        lambda: TargetModel(cfg, dtype=jnp.dtype(dtype_name), rngs=nnx.Rngs(0)))
+        lambda: TargetModel(cfg, dtype=jnp.dtype(dtype_name), operand_dtype=operand_name,
+                            rngs=nnx.Rngs(0)))
     return nnx.split(abstract)
 
 
@@ -167,6 +178,18 @@ def bind_target(cfg: TargetConfig, params) -> TargetModel:
     jit-safe."""
     graphdef, _ = target_graphdef(cfg, _params_dtype(params))
     return nnx.merge(graphdef, params)
+
+
+def bind_float32_view(cfg: TargetConfig, params) -> TargetModel:
+    """The target over the float32 view of 16-bit ``params`` (``precision.float32_view``),
+    each product rounding its input to their precision first: the same products XLA:CPU runs
+    for a one-row 16-bit forward, with the weights' upcast made here, once, instead of in every
+    call. Float32 ``params``: ``bind_target``. jit-safe (the upcast is traced where called)."""
+    name = _params_dtype(params)
+    if name == "float32":
+        return bind_target(cfg, params)
+    graphdef, _ = target_graphdef(cfg, "float32", name)
+    return nnx.merge(graphdef, float32_view(params))
 
 
 def _params_dtype(params) -> str:
