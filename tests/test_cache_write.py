@@ -81,3 +81,38 @@ def test_bf16_write_compiles_without_a_float32_copy_of_the_layer():
     if jax.default_backend() == "cpu":
         assert _cache_sized_f32(plain_scatter, shape, jnp.zeros(shape, jnp.bfloat16), new,
                                 start_B) > 0
+
+
+def test_bf16_drafter_context_is_stored_as_bits_and_written_in_place():
+    """The drafter's context K/V ring (``model/drafter.py``) follows the same storage: the
+    written values are the bf16 rows, bit for bit, and the compiled write of the bf16 context
+    holds no float32 array of the context's shape (as the plain bf16 write did, on CPU)."""
+    from dominotree_jax.model.drafter import DrafterContext, bind_drafter, init_drafter_params
+
+    from spec_fixtures import tiny_pair
+    _, dcfg, _ = tiny_pair()
+    drafter = bind_drafter(dcfg, jax.tree.map(lambda x: x.astype(jnp.bfloat16),
+                                              init_drafter_params(dcfg, 1)))
+    Bc, Sc, T = 16, 96, 5
+    F = len(dcfg.target_layer_ids) * dcfg.hidden_size
+    feats = jax.random.normal(jax.random.key(0), (Bc, T, F))
+    pos = jnp.broadcast_to(jnp.arange(T) + 7, (Bc, T))
+    start, num = jnp.full((Bc,), 7, jnp.int32), jnp.full((Bc,), T, jnp.int32)
+    ctx = DrafterContext.zeros(dcfg, Bc, Sc, jnp.bfloat16)
+    assert ctx.k.dtype == CACHE_BITS and ctx.dtype == jnp.bfloat16
+    out = drafter.extend_context(ctx, feats, pos, start, num)
+    k_rows, _ = drafter.context_rows(feats, pos)
+    got_k, _ = out.layer_kv(0)
+    assert got_k.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(got_k[:, 7:7 + T]).view(np.uint16),
+                                  np.asarray(k_rows[0].astype(jnp.bfloat16)).view(np.uint16))
+    assert not np.asarray(got_k[:, :7]).any() and not np.asarray(got_k[:, 7 + T:]).any()
+
+    def write(c, f):
+        return drafter.extend_context(c, f, pos, start, num)
+    layer = (Bc, Sc, dcfg.num_key_value_heads, dcfg.head_dim)
+    assert _cache_sized_f32(write, layer, ctx, feats) == 0
+    if jax.default_backend() == "cpu":   # the check can fail: the plain bf16 context did this
+        plain = DrafterContext(jnp.zeros(ctx.k.shape, jnp.bfloat16),
+                               jnp.zeros(ctx.v.shape, jnp.bfloat16), ctx.length)
+        assert _cache_sized_f32(write, layer, plain, feats) > 0

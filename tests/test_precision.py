@@ -291,7 +291,7 @@ def test_bf16_drafter_block_and_domino_chain_follow_the_policy():
         z, base = drafter.draft(target, c, jnp.array([3, 4]), c.length)
         toks, lps = domino_chain(drafter.head_weights(target), z, base, jnp.array([3, 4]),
                                  dcfg.pure_draft_prefix_len)
-        return z, base, toks, lps, c.k
+        return z, base, toks, lps, c.layer_kv(0)[0]
 
     assert_bf16_policy(draft, p, feats, min_dots=10)
     z, base, _, lps, ctx_k = draft(p, feats)

@@ -17,7 +17,8 @@ per layer per step (136 ms against 0.7 ms per batch-16 step of SmolLM2-135M on a
 a bitcast between same-width types on the (per-step, row-sized) new rows or inside the
 attention read is free, so a bfloat16 cache stores the values' bits (``CACHE_BITS``): identical
 values, the write in place. ``view_layer`` gives the bfloat16 view to read; ``write_layer``
-takes rows in any float dtype. Other dtypes are stored as they are.
+takes rows in any float dtype. Other dtypes are stored as they are. The drafter's context K/V
+(``model/drafter.py``) are stored the same way.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def view_layer(cache_BKSD: jax.Array) -> jax.Array:
     return cache_BKSD
 
 
-def _as_stored(new: jax.Array, stored_dtype) -> jax.Array:
+def as_stored(new: jax.Array, stored_dtype) -> jax.Array:
     """New rows in the cache's storage form (cast to its value dtype, then its bits)."""
     new = new.astype(value_dtype(stored_dtype))
     return lax.bitcast_convert_type(new, CACHE_BITS) if stored_dtype == CACHE_BITS else new
@@ -130,7 +131,7 @@ def write_layer(cache_BKSD: jax.Array, new_BTKD: jax.Array, start_B: jax.Array) 
     dnums = lax.ScatterDimensionNumbers(
         update_window_dims=(2, 3), inserted_window_dims=(2,), scatter_dims_to_operand_dims=(2,),
         operand_batching_dims=(0,), scatter_indices_batching_dims=(0,))
-    new_BTKD = _as_stored(new_BTKD, cache_BKSD.dtype)
+    new_BTKD = as_stored(new_BTKD, cache_BKSD.dtype)
     return lax.scatter(cache_BKSD, slots_BT[..., None], new_BTKD, dnums,
                        mode=lax.GatherScatterMode.FILL_OR_DROP)
 

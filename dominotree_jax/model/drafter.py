@@ -31,23 +31,35 @@ from flax import nnx
 
 from dominotree_jax.config import ConfigError, DrafterConfig
 from dominotree_jax.domino_head import DominoHeadWeights
-from dominotree_jax.model.cache import write_rows_at
+from dominotree_jax.model.cache import (as_stored, storage_dtype, value_dtype, view_layer,
+                                        write_rows_at)
 from dominotree_jax.model.layers import (Attention, Linear, RMSNorm, SwiGLU, attend, rope_cos_sin,
                                          rope_inv_freq)
 from dominotree_jax.precision import params_precision, to_activation
 
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
-    from jaxtyping import Array, Float, Int
+    from jaxtyping import Array, Int, Shaped
 
 
 class DrafterContext(NamedTuple):
     """Cached context K/V of the drafter layers, a ring of ``S`` slots: slot ``s`` holds the
     latest committed position ``p < length`` with ``p = s (mod S)``. With ``S`` at least the
-    sequence length slot ``s`` is position ``s``; a drafter window ``W`` needs only ``S = W``."""
-    k: Float[Array, "L B S K D"]   # L: drafter layers; S: the ring's slots
-    v: Float[Array, "L B S K D"]
+    sequence length slot ``s`` is position ``s``; a drafter window ``W`` needs only ``S = W``.
+    A bfloat16 context is stored as its bits (``cache.CACHE_BITS``: XLA:CPU would otherwise
+    convert the whole context to float32 and back at every write); ``layer_kv`` reads it."""
+    k: Shaped[Array, "L B S K D"]  # L: drafter layers; S: the ring's slots
+    v: Shaped[Array, "L B S K D"]
     length: Int[Array, " B"]       # committed positions
+
+    @property
+    def dtype(self) -> jnp.dtype:
+        """The dtype of the K/V values (bfloat16 for a context stored as bits)."""
+        return value_dtype(self.k.dtype)
+
+    def layer_kv(self, i: int):
+        """Layer ``i``'s K/V values ``[B, S, K, D]``, each in ``dtype``."""
+        return view_layer(self.k[i]), view_layer(self.v[i])
 
     @property
     def max_len(self) -> int:
@@ -66,7 +78,8 @@ class DrafterContext(NamedTuple):
     @classmethod
     def zeros(cls, cfg: DrafterConfig, batch: int, max_len: int, dtype=jnp.float32):
         shape = (cfg.num_hidden_layers, batch, max_len, cfg.num_key_value_heads, cfg.head_dim)
-        return cls(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype),
+        stored = storage_dtype(dtype)
+        return cls(jnp.zeros(shape, stored), jnp.zeros(shape, stored),
                    jnp.zeros((batch,), jnp.int32))
 
 
@@ -152,8 +165,10 @@ class Drafter(nnx.Module):
         S, t_1T = ctx.max_len, jnp.arange(k_rows[0].shape[1])[None]
         keep_BT = (t_1T < num_new_B[:, None]) & (t_1T >= num_new_B[:, None] - S)
         slots_BT = jnp.where(keep_BT, jnp.mod(start_B[:, None] + t_1T, S), S)  # S: dropped
-        new_k = [write_rows_at(ctx.k[i], k, slots_BT) for i, k in enumerate(k_rows)]
-        new_v = [write_rows_at(ctx.v[i], v, slots_BT) for i, v in enumerate(v_rows)]
+        new_k = [write_rows_at(ctx.k[i], as_stored(k, ctx.k.dtype), slots_BT)
+                 for i, k in enumerate(k_rows)]
+        new_v = [write_rows_at(ctx.v[i], as_stored(v, ctx.v.dtype), slots_BT)
+                 for i, v in enumerate(v_rows)]
         length = (start_B + num_new_B).astype(jnp.int32)
         return DrafterContext(jnp.stack(new_k), jnp.stack(new_v), length)
 
@@ -186,8 +201,9 @@ class Drafter(nnx.Module):
             q_BTQD = layer.self_attn.queries(x_BTH, cos, sin)
             k_BTKD, v_BTKD = layer.self_attn.keys_values(x_BTH, cos, sin)
             # the block's K/V in the context's dtype (products read both alike)
-            k_all = jnp.concatenate([ctx.k[i], k_BTKD.astype(ctx.k.dtype)], axis=1)
-            v_all = jnp.concatenate([ctx.v[i], v_BTKD.astype(ctx.v.dtype)], axis=1)
+            ctx_k, ctx_v = ctx.layer_kv(i)
+            k_all = jnp.concatenate([ctx_k, k_BTKD.astype(ctx.dtype)], axis=1)
+            v_all = jnp.concatenate([ctx_v, v_BTKD.astype(ctx.dtype)], axis=1)
             h_BTH = h_BTH + layer.self_attn.output(attend(q_BTQD, k_all, v_all, mask_BTS))
             h_BTH = h_BTH + layer.mlp(layer.post_attention_layernorm(h_BTH))
         z_BTH = self.norm(h_BTH)
