@@ -136,11 +136,7 @@ def profile_shape(target, params, B: int, R: int, S: int, repeats: int,
     q_BRQD = jnp.asarray(np.random.default_rng(4).standard_normal((B, R, Q, D)), jnp.float32)
     new_BRKD = jnp.ones((B, R, K, D), kv_dtype)
 
-    try:    # a bf16 cache stored as bits (model/cache.py); older trees: the values themselves
-        from dominotree_jax.model.cache import view_layer as view
-    except ImportError:
-        def view(c):
-            return c
+    from dominotree_jax.model.cache import view_layer as view   # a bf16 cache is its bits
 
     @jax.jit
     def attention(q, cache, ancestor_BRR):
