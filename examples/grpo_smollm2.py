@@ -23,20 +23,20 @@ tokens/s next to it).
 Resume: an interrupted arm (killed, crashed, or stopped by ``--stop-after K``) continues from
 its last checkpoint. Every ``--ckpt-every`` steps (and at the end) tunix's own checkpointing
 (``RLTrainingConfig(checkpoint_root_directory=<out>/checkpoints/<arm>,
-checkpointing_options=...)``, orbax) saves the policy's parameters and its AdamW state, and next
-to it, at the same step, the example saves the engine state tunix does not know about
-(``DominoTreeRollout.checkpoint_state``: the PRNG key, the carried ``budget="auto"`` states,
-and for ``auto+refresh`` the refreshed drafter and the refresher's optimizer state), as
-``<out>/checkpoints/<arm>/engine/<step>.pkl``. On a rerun tunix restores the policy and
-optimizer and fast-forwards the problem iterator by the restored step, the engine state of
-that step is put back, the CSV keeps its rows before that step (later rows, from the
-interrupted attempt, are dropped and rerun). Only the last ``--ckpt-keep`` checkpoints are
-kept (SmolLM2-135M: 3 x 538 MB ~ 1.6 GB of arrays each, the float32 policy and its two Adam
+checkpointing_options=...)``, orbax) saves the policy's parameters and its AdamW state, and
+next to it, at the same step, ``dominotree_jax.rollout.checkpoints`` saves the engine state
+tunix does not know about (``DominoTreeRollout.checkpoint_state``: the PRNG key, the carried
+``budget="auto"`` states, and for ``auto+refresh`` the refreshed drafter and the refresher's
+optimizer state), as ``<out>/checkpoints/<arm>/engine/<step>.pkl``. On a rerun tunix restores
+the policy and optimizer and fast-forwards the problem iterator by the restored step, the
+engine state of that step is put back, the CSV keeps its rows before that step (later rows,
+from the interrupted attempt, are dropped and rerun). Only the last ``--ckpt-keep`` checkpoints
+are kept (SmolLM2-135M: 3 x 538 MB ~ 1.6 GB of arrays each, the float32 policy and its two Adam
 moments; the auto+refresh engine state adds ~180 MB, the drafter's 60 MB x 3). Rerunning the
 same command skips every complete arm (its CSV holds ``--steps`` rows and no checkpoint is
-behind it); an incomplete arm without a checkpoint reruns from step 0. Settings are stored
-next to the CSVs (``settings.json``); a rerun with other settings into the same ``--out`` is
-refused (the checkpoint flags are not part of them: they do not change the run).
+behind it); an incomplete arm without a checkpoint reruns from step 0. Settings are stored next
+to the CSVs (``settings.json``); a rerun with other settings into the same ``--out`` is refused
+(the checkpoint flags are not part of them: they do not change the run).
 
     python examples/grpo_smollm2.py --out benchmarks/results/rl --steps 60   # all arms
     python examples/grpo_smollm2.py --out DIR --arms ar,auto                 # a subset
@@ -56,7 +56,6 @@ import csv
 import functools
 import json
 import os
-import pickle
 import random
 import re
 import time
@@ -65,9 +64,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import nnx
 
 from dominotree_jax.rollout import DominoTreeRollout, RolloutConfig, TunixCausalLM
+from dominotree_jax.rollout.checkpoints import (attach_engine_checkpoints,
+                                                finish_checkpoint_writes, restore_engine_state)
 
 ARMS = ("ar", "auto", "auto+refresh")
 FIELDS = ("arm", "step", "reward_mean", "rollout_s", "rollout_tokens", "tokens_per_s", "tau",
@@ -295,53 +295,11 @@ class StepLog:
         return eng.tunix_metrics()
 
 
-class ArmCheckpoints:
-    """tunix's checkpoint manager of the actor, plus the engine state at the same steps.
-
-    Wraps ``actor_trainer.checkpoint_manager``: whenever tunix saves its checkpoint of train
-    step ``n`` (policy parameters + optimizer state, orbax; ``n`` updates done), the engine's
-    ``checkpoint_state`` (which then holds what the rollouts of steps ``< n`` left: the metric
-    function of step ``n - 1`` ran before its update) and the CSV's step counter are written as
-    ``<dir>/<n>.pkl`` (atomically); the newest ``keep + 1`` are kept (orbax keeps ``keep``, and
-    may still be writing the newest)."""
-
-    def __init__(self, inner, directory: str, engine_ref: list, log: StepLog, keep: int):
-        self.inner, self.directory, self.engine_ref, self.log = inner, directory, engine_ref, log
-        self.keep = keep
-        os.makedirs(directory, exist_ok=True)
-
-    def save(self, step, model, optimizer=None, save_only_lora_params=False, force=False,
-             custom_metadata=None):
-        if not custom_metadata:   # tunix's final forced save passes none: restored_global_step
-            # would read 0 (one mini-batch per global step here: global step = train step)
-            custom_metadata = {"global_step": int(step), "role": "actor"}
-        saved = self.inner.save(step, model, optimizer, save_only_lora_params=save_only_lora_params,
-                                force=force, custom_metadata=custom_metadata)
-        if saved:
-            if self.log.step != step:
-                raise RuntimeError(f"tunix saves train step {step} but the CSV is at step "
-                                   f"{self.log.step}")
-            state = {"step": int(step), "engine": self.engine_ref[0].checkpoint_state()}
-            path = engine_state_path(self.directory, step)
-            with open(path + ".tmp", "wb") as f:
-                pickle.dump(state, f)
-            os.replace(path + ".tmp", path)
-            for old in sorted(saved_engine_steps(self.directory))[:-(self.keep + 1)]:
-                os.remove(engine_state_path(self.directory, old))
-        return saved
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
-def engine_state_path(directory: str, step: int) -> str:
-    return os.path.join(directory, f"{int(step)}.pkl")
-
-
-def saved_engine_steps(directory: str) -> list[int]:
-    if not os.path.isdir(directory):
-        return []
-    return [int(n[:-4]) for n in os.listdir(directory) if re.fullmatch(r"\d+\.pkl", n)]
+def _same_step(log: StepLog, step: int) -> None:
+    """Refuse a checkpoint whose train step is not the CSV's next step (the engine state and
+    the CSV rows kept on resume must belong to the same step)."""
+    if log.step != step:
+        raise RuntimeError(f"tunix saves train step {step} but the CSV is at step {log.step}")
 
 
 def checkpoint_dir(out: str, arm: str) -> str:
@@ -400,28 +358,17 @@ def run_arm(task: Task, arm: str, settings: dict, csv_path: str, save_dir: str |
         reward_fns=lambda prompts, completions, answer, **kw: rewards(completions, answer),
         algo_config=grpo_learner.GRPOConfig(num_generations=s["group"], num_iterations=1,
                                             beta=s["beta"]))
-    if ckpt_root is not None:
+    if ckpt_root is not None:   # the engine state beside tunix's: <ckpt_root>/engine/<n>.pkl
         edir = os.path.join(ckpt_root, "engine")
-        if start:
-            path = engine_state_path(edir, start)
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"tunix restored train step {start} from {ckpt_root} "
-                                        f"but the engine state of that step ({path}) is missing")
-            with open(path, "rb") as f:
-                saved = pickle.load(f)
-            cluster.rollout.restore_checkpoint_state(saved["engine"])
-            if learner.should_sync_weights:   # else the engine reads the restored variables
-                cluster.rollout.update_params(nnx.state(trainer.model))
-        trainer.checkpoint_manager = ArmCheckpoints(trainer.checkpoint_manager, edir,
-                                                    engine_ref, log, ckpt_keep)
+        restore_engine_state(cluster, edir, start, sync_weights=learner.should_sync_weights)
+        attach_engine_checkpoints(cluster, edir, ckpt_keep,
+                                  before_engine_save=functools.partial(_same_step, log))
     print(f"[{arm}] from step {start}" + (f" (checkpoint in {ckpt_root})" if start else ""),
           flush=True)
     try:
         learner.train(batches(s["seed"], s["steps"], s["prompts"], task.as_prompt))
     finally:   # an interrupted run: let orbax finish writing a checkpoint it has started
-        inner = getattr(trainer.checkpoint_manager, "inner", trainer.checkpoint_manager)
-        if getattr(inner, "_checkpoint_manager", None) is not None:
-            inner._checkpoint_manager.wait_until_finished()
+        finish_checkpoint_writes(cluster)
     eng = cluster.rollout
     if save_dir and log.step == s["steps"]:   # the trained policy (and drafter) for --speed
         from dominotree_jax.model.state import state_to_flat

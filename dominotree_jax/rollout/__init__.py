@@ -1,7 +1,12 @@
 """RL rollouts with speculative decoding: a tunix rollout engine (``DominoTreeRollout``), the
-tunix model calling convention for our target (``TunixCausalLM``), and a jitted drafter update
-that follows the policy from rollout features (``drafter_refresh``)."""
+tunix model calling convention for our target (``TunixCausalLM``), a jitted drafter update
+that follows the policy from rollout features (``drafter_refresh``), and the engine's state
+saved and restored beside tunix's checkpoints (``checkpoints``)."""
 
+from dominotree_jax.rollout.checkpoints import (EngineCheckpoints,  # noqa: F401
+                                               attach_engine_checkpoints,
+                                               finish_checkpoint_writes,
+                                               restore_engine_state)
 from dominotree_jax.rollout.masked_forward import (completion_logprobs,  # noqa: F401
                                                    masked_forward)
 from dominotree_jax.rollout.tunix_engine import DominoTreeRollout  # noqa: F401
