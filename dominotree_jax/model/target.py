@@ -30,8 +30,9 @@ from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, 
 from dominotree_jax.precision import (ACTIVATION_DTYPE, float32_view, params_precision,
                                       to_activation)
 
-PREFILL_CHUNK = 512  # prompt tokens per prefill forward (one compiled chunk program; 512 measured
-#                     fastest at 4k tokens on an Intel Xeon: 11.5 s vs 14.9 s at 256, docs/precision.md)
+# prompt tokens per prefill forward (one compiled chunk program); 512 measured fastest for a 4k
+# prompt on an Intel Xeon (11.5 s against 14.9 s at 256; docs/precision.md)
+PREFILL_CHUNK = 512
 
 
 class DecoderLayer(nnx.Module):
