@@ -459,7 +459,9 @@ def speed(out: str, model: str = "smollm2", policies=(), reps: int = 3, prompts:
     """``ar`` vs ``auto`` tokens/s on the same prompts, policy weights and sampling keys, in
     one process, alternating (``reps`` timed rounds after a compiling one), for the initial
     policy and then each ``(label, path)`` of ``policies`` (``--save-dir`` files, loaded with
-    ``update_params``: no recompilation); rows are appended to ``<out>/speed.csv``."""
+    ``update_params``: no recompilation; a ``<arm>_drafter.npz`` beside an ``<arm>_policy.npz``
+    is the drafter ``auto`` uses with it, else the initial one); rows are appended to
+    ``<out>/speed.csv``."""
     from dominotree_jax.model.state import state_from_flat
     task = Task(model)
     batch = next(batches(seed, 1, prompts, task.as_prompt))
@@ -481,6 +483,13 @@ def speed(out: str, model: str = "smollm2", policies=(), reps: int = 3, prompts:
                 tparams = state_from_flat(task.tparams, {k: jnp.asarray(z[k]) for k in z.files})
             for eng in engines.values():
                 eng.update_params(tparams)
+            # a refreshed arm's drafter, saved beside its policy: auto drafts with it (else
+            # with the shipped one)
+            dpath = path.replace("_policy.npz", "_drafter.npz")
+            with np.load(dpath if dpath != path and os.path.exists(dpath) else
+                         _shipped_drafter_npz(task)) as z:
+                dparams = state_from_flat(task.dparams, {k: jnp.asarray(z[k]) for k in z.files})
+            engines["auto"].update_drafter_params(dparams)
         for rep in range(reps + 1):
             for arm, eng in engines.items():
                 seconds = tokens = accepted = rounds = 0
@@ -494,8 +503,8 @@ def speed(out: str, model: str = "smollm2", policies=(), reps: int = 3, prompts:
                     accepted += int(np.sum(np.asarray(last.out.accept_lengths)))
                     rounds += int(np.sum(np.asarray(last.out.num_rounds)))
                     texts_out += res.text
-                if rep == 0 and label == "initial":
-                    continue   # compiles
+                if rep == 0:   # untimed: compiles (initial), or places new values (the
+                    continue   # first drafter update commits its arrays: one recompile)
                 rows.append({"policy": label, "arm": arm, "rep": rep, "rollouts": len(texts),
                              "batch": chunk, "tokens": tokens, "seconds": seconds,
                              "tokens_per_s": tokens / seconds, "tau": accepted / max(rounds, 1),
@@ -513,6 +522,18 @@ def speed(out: str, model: str = "smollm2", policies=(), reps: int = 3, prompts:
             w.writeheader()
         w.writerows(rows)
     return rows
+
+
+def _shipped_drafter_npz(task) -> str:
+    """The task's initial drafter as an ``.npz`` of flat arrays (written once, beside the
+    temporary files), so every policy's speed run starts from a known drafter."""
+    import tempfile
+
+    from dominotree_jax.model.state import state_to_flat
+    path = os.path.join(tempfile.gettempdir(), f"grpo_initial_drafter_{os.getpid()}.npz")
+    if not os.path.exists(path):
+        np.savez(path, **state_to_flat(task.dparams))
+    return path
 
 
 def dataclass_replace(rc, **kw):

@@ -150,3 +150,36 @@ def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
     assert sorted(p.name for p in (ckpts / "actor").iterdir() if p.name.isdigit()) == ["3"]
     assert sorted(p.name for p in (ckpts / "engine").iterdir()) == ["2.pkl", "3.pkl"]
     assert grpo.main(**kw, out=str(two)) == {"auto+refresh": 0}   # complete: skipped
+
+
+def test_speed_times_ar_and_auto_per_policy_with_its_refreshed_drafter(tmp_path, monkeypatch):
+    """``--speed``: ``ar`` and ``auto`` rows for the initial policy and each saved one, without
+    recompiling; a policy saved with a refreshed drafter (``<arm>_drafter.npz``) makes ``auto``
+    draft with that drafter, one saved alone with the initial drafter."""
+    pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
+    from dominotree_jax.model.state import state_to_flat
+    from dominotree_jax.rollout.tunix_engine import DominoTreeRollout
+    grpo = _load_grpo()
+    task = grpo.Task("tiny")
+    flat = state_to_flat(task.tparams)
+    np.savez(tmp_path / "plain_policy.npz", **flat)
+    np.savez(tmp_path / "fresh_policy.npz", **flat)
+    dflat = {k: np.asarray(v) * 0.5 for k, v in state_to_flat(task.dparams).items()}
+    np.savez(tmp_path / "fresh_drafter.npz", **dflat)
+    seen = []
+    original = DominoTreeRollout.update_drafter_params
+
+    def record(self, params):
+        seen.append(sum(float(np.sum(np.abs(np.asarray(x)))) for x in jax.tree.leaves(params)))
+        return original(self, params)
+
+    monkeypatch.setattr(DominoTreeRollout, "update_drafter_params", record)
+    rows = grpo.speed(str(tmp_path), model="tiny", reps=1, prompts=2, group=2, max_new=6,
+                      policies=[("plain", str(tmp_path / "plain_policy.npz")),
+                                ("fresh", str(tmp_path / "fresh_policy.npz"))])
+    assert [(r["policy"], r["arm"]) for r in rows] == [
+        (p, a) for p in ("initial", "plain", "fresh") for a in ("ar", "auto")]
+    assert all(r["compiles"] == 1 and r["tokens"] > 0 and r["tau"] >= 1.0 for r in rows)
+    initial = sum(float(np.sum(np.abs(np.asarray(x)))) for x in jax.tree.leaves(task.dparams))
+    assert seen == pytest.approx([initial, initial / 2], rel=1e-5)
+    assert (tmp_path / "speed.csv").read_text().count("\n") == 7   # header + 6 rows
