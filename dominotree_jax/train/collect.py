@@ -17,6 +17,10 @@ follow-up question on one of the target's own earlier answers to this seed's pro
 ``--sample-share`` (that share of the answer batches sampled at ``--sample-temperature``
 instead of greedy) and ``--store-topk K`` (the target's top-K logits of every answer token, for
 soft targets). The manifest records each shard's temperature, top-k and prompt mix.
+``--segment K`` (``segmented.py``): refilling generation, each decode call runs at most K tokens
+for a full batch of in-flight rows, so no call idles on finished rows; ``--max-batches`` then
+counts full shards, and on stopping the rows in flight are finished into one more shard per
+temperature.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ def parse_args(argv=None):
     p.add_argument("--minutes", type=float, default=None, help="stop starting batches after")
     p.add_argument("--until", default=None, help="UTC HH:MM: stop starting batches after")
     p.add_argument("--max-batches", type=int, default=None, help="answer batches at most")
+    p.add_argument("--segment", type=int, default=0,
+                   help="refilling generation: each decode call runs at most this many tokens "
+                        "for a full batch of in-flight rows (0: one batch until every row stops)")
     p.add_argument("--request-every", type=int, default=3,
                    help="one batch of self-written prompts per this many answer batches (0: none)")
     p.add_argument("--request-share", type=float, default=0.5)
@@ -140,7 +147,7 @@ def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_n
             deadline: float | None, max_batches: int | None, request_every: int,
             request_share: float, request_temperature: float = 1.0, prompt_mix: str = "v3",
             followup_share: float = 0.0, sample_share: float = 0.0,
-            sample_temperature: float = 0.7, store_topk: int = 0) -> dict:
+            sample_temperature: float = 0.7, store_topk: int = 0, segment: int = 0) -> dict:
     from dominotree_jax.train.generate import answered_keys, generate_answers, prompt_key
     from dominotree_jax.train.overlap import BenchmarkFilter
     from dominotree_jax.train.self_prompts import generate_requests, normalize, pending_requests
@@ -169,6 +176,7 @@ def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_n
         random.Random(seed).shuffle(pool)
         total = {"answer_batches": 0, "answer_tokens": 0, "rows": 0, "request_batches": 0,
                  "requests_kept": 0}
+        answerers: dict = {}   # segment > 0: temperature -> SegmentedAnswerer (rows in flight)
         while (max_batches is None or total["answer_batches"] < max_batches) and (
                 deadline is None or time.time() < deadline):
             if request_every and total["answer_batches"] % request_every == 0:
@@ -189,19 +197,48 @@ def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_n
             items = req + fol + pool
             temp = sample_temperature if sampled_batch(total["answer_batches"],
                                                        sample_share) else 0.0
-            s = generate_answers(target, store, items, batch=batch, max_new=max_new,
-                                 seed=seed, deadline=deadline, max_batches=1, log=log,
-                                 temperature=temp, store_topk=store_topk,
-                                 extra_info={"prompt_mix": prompt_mix})
+            if segment:
+                s = _segmented_shard(answerers, target, store, items, batch=batch,
+                                     max_new=max_new, segment=segment, seed=seed,
+                                     temperature=temp, store_topk=store_topk,
+                                     deadline=deadline, prompt_mix=prompt_mix)
+            else:
+                s = generate_answers(target, store, items, batch=batch, max_new=max_new,
+                                     seed=seed, deadline=deadline, max_batches=1, log=log,
+                                     temperature=temp, store_topk=store_topk,
+                                     extra_info={"prompt_mix": prompt_mix})
             if s["batches"] == 0:
                 break
             total["answer_batches"] += 1
             total["answer_tokens"] += s["answer_tokens"]
             total["rows"] += s["rows"]
+        for gen in answerers.values():      # finish the rows in flight, no new prompts
+            for e in gen.finish():
+                total["answer_batches"] += 1
+                total["answer_tokens"] += e["answer_tokens"]
+                total["rows"] += e["rows"]
         log(f"run done: {total}; data now {store.totals()}")
         return total
     finally:
         lock.close()
+
+
+def _segmented_shard(answerers: dict, target, store, items, *, batch: int, max_new: int,
+                     segment: int, seed: int, temperature: float, store_topk: int,
+                     deadline: float | None, prompt_mix: str) -> dict:
+    """One answer shard from the refilling pool of ``temperature`` (created on first use; its
+    rows stay in flight between shards). Prompts in flight in another pool are skipped."""
+    from dominotree_jax.train.segmented import SegmentedAnswerer
+    if temperature not in answerers:
+        answerers[temperature] = SegmentedAnswerer(
+            target, store, batch=batch, max_new=max_new, segment=segment, seed=seed,
+            temperature=temperature, store_topk=store_topk,
+            extra_info={"prompt_mix": prompt_mix}, log=log)
+    others = set().union(*(g.busy for t, g in answerers.items() if t != temperature))
+    e = answerers[temperature].fill_shard(items, deadline=deadline, exclude=others)
+    if e is None:
+        return {"batches": 0, "rows": 0, "answer_tokens": 0}
+    return {"batches": 1, "rows": e["rows"], "answer_tokens": e["answer_tokens"]}
 
 
 def main(argv=None):
@@ -216,7 +253,7 @@ def main(argv=None):
             request_share=args.request_share, request_temperature=args.request_temperature,
             prompt_mix=args.prompt_mix, followup_share=args.followup_share,
             sample_share=args.sample_share, sample_temperature=args.sample_temperature,
-            store_topk=args.store_topk)
+            store_topk=args.store_topk, segment=args.segment)
     return 0
 
 
