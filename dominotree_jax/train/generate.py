@@ -108,6 +108,17 @@ def plan_batches(items: list[tuple[list[int], str]], batch: int) -> list[tuple[i
     return sorted(plan, key=lambda b: b[1][0])
 
 
+def answer_shard_info(target, *, generator: str, temperature: float, max_new: int, batch: int,
+                      prompt_width: int, seed: int, seconds: float, capped_rows: int,
+                      extra_info: dict | None = None, **details) -> dict:
+    """The manifest entry's description of one answer shard: how it was generated (shared by
+    the plain and the segmented path; ``details`` are a path's own fields)."""
+    return {"generator": generator, "temperature": temperature, "max_new_tokens": max_new,
+            "batch": batch, "prompt_width": prompt_width, "seed": seed,
+            "gen_seconds": round(seconds, 2), "capped_rows": capped_rows, **details,
+            "dtype": params_precision(target.params, "target parameters"), **(extra_info or {})}
+
+
 def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int], str]], *,
                      batch: int, max_new: int, seed: int, deadline: float | None = None,
                      max_batches: int | None = None, temperature: float = 0.0,
@@ -150,11 +161,10 @@ def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int],
         dt = time.time() - t0
         rows = [(todo[i][0] + toks[r, :num[r]].tolist(), len(todo[i][0]), todo[i][1])
                 for r, i in enumerate(idx)]
-        info = {"generator": "dominotree_jax.decode(method='ar')", "temperature": temperature,
-                "max_new_tokens": max_new, "batch": batch, "prompt_width": width, "seed": seed,
-                "gen_seconds": round(dt, 2), "capped_rows": int(np.sum(num >= max_new)),
-                "dtype": params_precision(target.params, "target parameters"),
-                **(extra_info or {})}
+        info = answer_shard_info(target, generator="dominotree_jax.decode(method='ar')",
+                                 temperature=temperature, max_new=max_new, batch=batch,
+                                 prompt_width=width, seed=seed, seconds=dt,
+                                 capped_rows=int(np.sum(num >= max_new)), extra_info=extra_info)
         topk = answer_topk(target, rows, store_topk, width + max_new) if store_topk else None
         e = store.append("answers", rows, info, topk=topk)
         stats["batches"] += 1

@@ -35,9 +35,8 @@ from typing import Callable, Iterable
 
 import jax
 
-from dominotree_jax.precision import params_precision
-from dominotree_jax.train.generate import (PROMPT_BUCKETS, answer_topk, bucket, prompt_key,
-                                           run_decode)
+from dominotree_jax.train.generate import (PROMPT_BUCKETS, answer_shard_info, answer_topk,
+                                           bucket, prompt_key, run_decode)
 from dominotree_jax.train.shards import ShardStore
 
 # Widths of a segmented call: the prompt buckets, then widths that also hold the longest
@@ -136,15 +135,13 @@ class SegmentedAnswerer:
         rows_in, self.done = self.done[:self.batch], self.done[self.batch:]
         rows = [(r.prompt + r.answer, len(r.prompt), r.source) for r in rows_in]
         longest = max(len(t) for t, _, _ in rows)
-        info = {"generator": "dominotree_jax.decode(method='ar'), segmented",
-                "temperature": self.temperature, "max_new_tokens": self.max_new,
-                "batch": self.batch, "segment": self.segment,
-                "prompt_width": bucket(max(p for _, p, _ in rows), SEGMENT_BUCKETS),
-                "seed": self.seed, "gen_seconds": round(self._seconds, 2),
-                "decode_calls": self._calls_since,
-                "capped_rows": sum(len(r.answer) >= self.max_new for r in rows_in),
-                "dtype": params_precision(self.target.params, "target parameters"),
-                **self.extra_info}
+        info = answer_shard_info(
+            self.target, generator="dominotree_jax.decode(method='ar'), segmented",
+            temperature=self.temperature, max_new=self.max_new, batch=self.batch,
+            prompt_width=bucket(max(p for _, p, _ in rows), SEGMENT_BUCKETS), seed=self.seed,
+            seconds=self._seconds,
+            capped_rows=sum(len(r.answer) >= self.max_new for r in rows_in),
+            extra_info=self.extra_info, segment=self.segment, decode_calls=self._calls_since)
         topk = (answer_topk(self.target, rows, self.store_topk,
                             bucket(longest, SEGMENT_BUCKETS)) if self.store_topk else None)
         e = self.store.append("answers", rows, info, topk=topk)
