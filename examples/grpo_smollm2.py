@@ -486,9 +486,11 @@ def speed(out: str, model: str = "smollm2", policies=(), reps: int = 3, prompts:
             # a refreshed arm's drafter, saved beside its policy: auto drafts with it (else
             # with the shipped one)
             dpath = path.replace("_policy.npz", "_drafter.npz")
-            with np.load(dpath if dpath != path and os.path.exists(dpath) else
-                         _shipped_drafter_npz(task)) as z:
-                dparams = state_from_flat(task.dparams, {k: jnp.asarray(z[k]) for k in z.files})
+            dparams = task.dparams
+            if dpath != path and os.path.exists(dpath):
+                with np.load(dpath) as z:
+                    dparams = state_from_flat(task.dparams,
+                                              {k: jnp.asarray(z[k]) for k in z.files})
             engines["auto"].update_drafter_params(dparams)
         for rep in range(reps + 1):
             for arm, eng in engines.items():
@@ -522,18 +524,6 @@ def speed(out: str, model: str = "smollm2", policies=(), reps: int = 3, prompts:
             w.writeheader()
         w.writerows(rows)
     return rows
-
-
-def _shipped_drafter_npz(task) -> str:
-    """The task's initial drafter as an ``.npz`` of flat arrays (written once, beside the
-    temporary files), so every policy's speed run starts from a known drafter."""
-    import tempfile
-
-    from dominotree_jax.model.state import state_to_flat
-    path = os.path.join(tempfile.gettempdir(), f"grpo_initial_drafter_{os.getpid()}.npz")
-    if not os.path.exists(path):
-        np.savez(path, **state_to_flat(task.dparams))
-    return path
 
 
 def dataclass_replace(rc, **kw):
