@@ -62,3 +62,24 @@ def test_collect_v4_resumes_with_followups_sampling_and_topk(tmp_path, target): 
     keys = [tok[:p].tobytes() for tok, p, _ in rows]
     assert len(keys) == len(set(keys)) and len(rows) == 12
     assert np.all([p > 0 for _, p, _ in rows])
+
+
+def test_until_means_the_next_such_utc_time_and_rejects_bad_times():
+    import datetime
+    import time
+
+    import pytest
+
+    from dominotree_jax.train.collect import deadline_from
+    now = datetime.datetime.now(datetime.timezone.utc)
+    past = (now - datetime.timedelta(minutes=2)).strftime("%H:%M")
+    soon = (now + datetime.timedelta(minutes=3)).strftime("%H:%M")
+    t = time.time()
+    # a time earlier today (e.g. 00:55 asked at 22:56) is tomorrow's, not "already passed"
+    assert 23 * 3600 < deadline_from(None, past) - t <= 24 * 3600
+    assert 60 < deadline_from(None, soon) - t <= 4 * 60
+    assert deadline_from(1, soon) - t <= 61          # the earlier of the two
+    assert deadline_from(None, None) is None
+    for bad in ("25:00", "12:60", "9", "ab:cd"):
+        with pytest.raises(ValueError, match="HH:MM"):
+            deadline_from(None, bad)

@@ -70,15 +70,24 @@ def parse_args(argv=None):
 
 
 def deadline_from(minutes: float | None, until: str | None) -> float | None:
+    """Epoch seconds to stop at: ``minutes`` from now and/or the next UTC ``HH:MM`` (a time
+    already past today means tomorrow's), whichever comes first; None when neither is given."""
     import datetime
     out = None
     if minutes is not None:
         out = time.time() + 60 * minutes
     if until:
-        h, m = (int(x) for x in until.split(":"))
+        try:
+            h, m = (int(x) for x in until.split(":"))
+            if not (0 <= h < 24 and 0 <= m < 60):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"--until takes a UTC time as HH:MM, got {until!r}") from None
         now = datetime.datetime.now(datetime.timezone.utc)
-        t = now.replace(hour=h, minute=m, second=0, microsecond=0).timestamp()
-        out = t if out is None else min(out, t)
+        t = now.replace(hour=h, minute=m, second=0, microsecond=0)
+        if t <= now:   # a time earlier today means the next such time: tomorrow
+            t += datetime.timedelta(days=1)
+        out = t.timestamp() if out is None else min(out, t.timestamp())
     return out
 
 
