@@ -110,9 +110,61 @@ def test_bf16_drafter_context_is_stored_as_bits_and_written_in_place():
 
     def write(c, f):
         return drafter.extend_context(c, f, pos, start, num)
-    layer = (Bc, Sc, dcfg.num_key_value_heads, dcfg.head_dim)
-    assert _cache_sized_f32(write, layer, ctx, feats) == 0
+    whole = ctx.k.shape   # [L, B, S, K, D]: the layers are written with one scatter
+    assert _cache_sized_f32(write, whole, ctx, feats) == 0
     if jax.default_backend() == "cpu":   # the check can fail: the plain bf16 context did this
         plain = DrafterContext(jnp.zeros(ctx.k.shape, jnp.bfloat16),
                                jnp.zeros(ctx.v.shape, jnp.bfloat16), ctx.length)
-        assert _cache_sized_f32(write, layer, plain, feats) > 0
+        assert _cache_sized_f32(write, whole, plain, feats) > 0
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_drafter_context_write_is_one_scatter_into_the_stacked_ring(dtype):
+    """``Drafter.write_context`` writes every layer's rows with one scatter into the stacked
+    ``[L, B, S, K, D]`` ring: the values equal per-layer ``write_rows_at`` (ring wrap, dropped
+    rows included) and the compiled write builds no new context by concatenation (writing each
+    layer and stacking the results rebuilt the whole context every round)."""
+    import dataclasses
+
+    from dominotree_jax.model.cache import as_stored, write_rows_at
+    from dominotree_jax.model.drafter import DrafterContext, bind_drafter, init_drafter_params
+
+    from spec_fixtures import tiny_pair
+    _, dcfg, _ = tiny_pair()
+    dcfg = dataclasses.replace(dcfg, num_hidden_layers=3)
+    drafter = bind_drafter(dcfg, jax.tree.map(lambda x: x.astype(dtype),
+                                              init_drafter_params(dcfg, 1)))
+    Bc, Sc, T = 4, 12, 5
+    feats = jax.random.normal(jax.random.key(0),
+                              (Bc, T, len(dcfg.target_layer_ids) * dcfg.hidden_size))
+    pos = jnp.broadcast_to(jnp.arange(T) + 7, (Bc, T))
+    start = jnp.array([7, 0, 10, 11], jnp.int32)   # rows 2, 3 wrap around the ring
+    num = jnp.array([5, 3, 5, 2], jnp.int32)
+    ctx = DrafterContext.zeros(dcfg, Bc, Sc, dtype)
+    old = jax.random.randint(jax.random.key(1), ctx.k.shape, 0, 1000).astype(ctx.k.dtype)
+    ctx = ctx._replace(k=old, v=old + 1)
+
+    def stacked_per_layer(c, f):
+        k_rows, v_rows = drafter.context_rows(f, pos)
+        t = jnp.arange(T)[None]
+        slots = jnp.where(t < num[:, None], jnp.mod(start[:, None] + t, Sc), Sc)
+        return (jnp.stack([write_rows_at(c.k[i], as_stored(k, c.k.dtype), slots)
+                           for i, k in enumerate(k_rows)]),
+                jnp.stack([write_rows_at(c.v[i], as_stored(v, c.v.dtype), slots)
+                           for i, v in enumerate(v_rows)]))
+
+    def write(c, f):
+        return drafter.extend_context(c, f, pos, start, num)
+    got = write(ctx, feats)
+    want_k, want_v = stacked_per_layer(ctx, feats)
+    np.testing.assert_array_equal(np.asarray(got.k), np.asarray(want_k))
+    np.testing.assert_array_equal(np.asarray(got.v), np.asarray(want_v))
+    np.testing.assert_array_equal(np.asarray(got.length), np.asarray(start + num))
+
+    whole = re.escape("[" + ",".join(map(str, ctx.k.shape)) + "]")
+
+    def concatenated_contexts(fn) -> int:
+        hlo = jax.jit(fn, donate_argnums=0).lower(ctx, feats).compile().as_text()
+        return len(re.findall(r"= \S+" + whole + r"\S* concatenate\(", hlo))
+    assert concatenated_contexts(write) == 0
+    assert concatenated_contexts(stacked_per_layer) > 0   # the check can fail

@@ -123,6 +123,17 @@ def write_rows_at(cache_BSX: jax.Array, new_BTX: jax.Array, slots_BT: jax.Array)
     return _scatter_rows(cache_BSX, 0, slots_BT[..., None], new_BTX, (1,))
 
 
+def write_layers_at(cache_LBSX: jax.Array, new_LBTX: jax.Array, slots_BT: jax.Array) -> jax.Array:
+    """Every layer's ``write_rows_at`` in one scatter: row ``t`` of batch row ``b`` of each
+    layer ``l`` at slot ``slots[b, t]`` (out-of-range slots: dropped)."""
+    window = (0,) + tuple(range(3, new_LBTX.ndim))
+    dnums = lax.ScatterDimensionNumbers(
+        update_window_dims=window, inserted_window_dims=(2,), scatter_dims_to_operand_dims=(2,),
+        operand_batching_dims=(1,), scatter_indices_batching_dims=(0,))
+    return lax.scatter(cache_LBSX, slots_BT[..., None], new_LBTX.astype(cache_LBSX.dtype), dnums,
+                       mode=lax.GatherScatterMode.FILL_OR_DROP)
+
+
 def write_layer(cache_BKSD: jax.Array, new_BTKD: jax.Array, start_B: jax.Array) -> jax.Array:
     """Write ``T`` new rows ``[B, T, K, D]`` at slots ``start_b ..`` of one layer's cache
     ``[B, K, S, D]`` (rows past the end are dropped), in place under jit. ``new`` is cast to the

@@ -32,7 +32,7 @@ from flax import nnx
 from dominotree_jax.config import ConfigError, DrafterConfig
 from dominotree_jax.domino_head import DominoHeadWeights
 from dominotree_jax.model.cache import (as_stored, storage_dtype, value_dtype, view_layer,
-                                        write_rows_at)
+                                        write_layers_at)
 from dominotree_jax.model.layers import (Attention, Linear, RMSNorm, SwiGLU, attend, rope_cos_sin,
                                          rope_inv_freq)
 from dominotree_jax.precision import params_precision, to_activation
@@ -165,12 +165,12 @@ class Drafter(nnx.Module):
         S, t_1T = ctx.max_len, jnp.arange(k_rows[0].shape[1])[None]
         keep_BT = (t_1T < num_new_B[:, None]) & (t_1T >= num_new_B[:, None] - S)
         slots_BT = jnp.where(keep_BT, jnp.mod(start_B[:, None] + t_1T, S), S)  # S: dropped
-        new_k = [write_rows_at(ctx.k[i], as_stored(k, ctx.k.dtype), slots_BT)
-                 for i, k in enumerate(k_rows)]
-        new_v = [write_rows_at(ctx.v[i], as_stored(v, ctx.v.dtype), slots_BT)
-                 for i, v in enumerate(v_rows)]
+        # one scatter per K and V into the stacked [L, B, S, K, D] ring (in place under jit;
+        # writing each layer and stacking the results rebuilt the whole context every round)
+        new_k = write_layers_at(ctx.k, as_stored(jnp.stack(k_rows), ctx.k.dtype), slots_BT)
+        new_v = write_layers_at(ctx.v, as_stored(jnp.stack(v_rows), ctx.v.dtype), slots_BT)
         length = (start_B + num_new_B).astype(jnp.int32)
-        return DrafterContext(jnp.stack(new_k), jnp.stack(new_v), length)
+        return DrafterContext(new_k, new_v, length)
 
     # ------------------------------------------------------------------ block
     def draft(self, target, ctx: DrafterContext, t0_B, start_B):
