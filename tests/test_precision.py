@@ -181,6 +181,26 @@ def test_float32_view_target_runs_the_bf16_one_row_step():
     assert not uses_float32_view("float32", "cpu")
 
 
+def test_float32_view_drafter_computes_the_bf16_context_rows():
+    from dominotree_jax.model.drafter import bind_drafter, bind_drafter_float32_view
+    _, dcfg, params = tiny_pair()
+    d16 = _bf16(params["drafter"])
+    view = bind_drafter_float32_view(dcfg, d16)
+    assert params_precision(nnx.state(view)) == "float32"
+    feats = jax.random.normal(jax.random.key(3), (2, 1, len(dcfg.target_layer_ids) * 32))
+    pos = jnp.array([[4], [9]])
+    got_k, got_v = view.context_rows(feats, pos)
+    want_k, want_v = bind_drafter(dcfg, d16).context_rows(feats, pos)
+    for g, w in zip(got_k + got_v, want_k + want_v):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+    # float32 parameters need no view
+    f32 = bind_drafter_float32_view(dcfg, params["drafter"])
+    assert params_precision(nnx.state(f32)) == "float32"
+    np.testing.assert_array_equal(np.asarray(f32.context_rows(feats, pos)[0][0]),
+                                  np.asarray(bind_drafter(dcfg, params["drafter"])
+                                             .context_rows(feats, pos)[0][0]))
+
+
 def _per_iteration_upcasts(hlo: str, shapes) -> int:
     """float32 arrays of the given weight shapes made by a convert (or a fusion) outside the
     entry computation: weight upcasts run every loop iteration or conditional branch."""
@@ -197,41 +217,47 @@ def _per_iteration_upcasts(hlo: str, shapes) -> int:
     return count
 
 
-def test_bf16_auto_decode_upcasts_no_target_weight_inside_its_loop(monkeypatch):
-    """``budget="auto"`` in bf16 on CPU: the plain-step branch runs on the float32 view made
-    before the loop (XLA hoists no convert out of a ``lax.switch`` branch), so no target weight
-    is upcast per round; the tokens stay those of bf16 ``ar`` at T=0."""
+def test_bf16_auto_decode_upcasts_no_weight_inside_its_loop(monkeypatch):
+    """``budget="auto"`` in bf16 on CPU: the plain-step branch runs on float32 views of the
+    target and of the drafter (whose context projections it runs for the kept token) made
+    before the loop (XLA hoists no convert out of a ``lax.switch`` branch), so no weight is
+    upcast per round; the tokens stay those of bf16 ``ar`` at T=0."""
     from dominotree_jax.decoding.auto_size import AutoPolicy, initial_state
     from dominotree_jax.model.drafter import init_drafter_params
     from dominotree_jax.model.target import init_target_params
     tcfg0, dcfg, _ = tiny_pair()
     # an MLP width and a vocabulary the drafter does not share: their shapes are the target's
     tcfg = dataclasses.replace(tcfg0, intermediate_size=80, vocab_size=72)
-    dcfg = dataclasses.replace(dcfg, vocab_size=72, mask_token_id=71)
+    # one K/V head: the drafter's K/V projections [8, H] and its fc [H, 2H] are its own shapes
+    # (the Domino head's width 12 keeps its weights off them: drafting upcasts those, in the
+    # drafting branch)
+    dcfg = dataclasses.replace(dcfg, vocab_size=72, mask_token_id=71, num_key_value_heads=1,
+                               emb_dim=12)
     tp = jax.tree.map(lambda x: x * 6.0 if x.ndim == 2 else x, init_target_params(tcfg, 0))
     p16 = _bf16({"target": tp, "drafter": init_drafter_params(dcfg, 1)})
     cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", max_new_tokens=24,
                        budget="auto", node_topk=3, top_m=16)
     assert AutoPolicy(cfg, 1).can_pay
     H, I, V = tcfg.hidden_size, 80, 72
-    shapes = [(I, H), (H, I), (V, H)]
+    target_shapes = [(I, H), (H, I), (V, H)]
+    drafter_shapes = [(dcfg.head_dim, H), (H, len(dcfg.target_layer_ids) * H)]
     prompt = jnp.array([[3, 17, 5, 9, 33, 2, 8]])
     state = initial_state(cfg, 1)
 
-    def upcasts():   # a fresh function each time: no trace cached from another setting
+    def upcasts(shapes):   # a fresh function each time: no trace cached from another setting
         def fn(p, x, st):
             return decode(p, x, config=cfg, auto_state=st)
         return _per_iteration_upcasts(jax.jit(fn).lower(p16, prompt, state).compile().as_text(),
                                       shapes)
 
-    assert upcasts() == 0
+    assert upcasts(target_shapes) == 0 and upcasts(drafter_shapes) == 0
     ar = fast_decode(p16, prompt, config=dataclasses.replace(cfg, method="ar", budget=16))
     out = fast_decode(p16, prompt, config=cfg, auto_state=state)
     np.testing.assert_array_equal(out.tokens, ar.tokens)
     # without the view (what a GPU runs), the branch upcasts the target's weights every round
     monkeypatch.setattr("dominotree_jax.decoding.decode.uses_float32_view",
                         lambda *a: False)
-    assert upcasts() > 0
+    assert upcasts(target_shapes) > 0 and upcasts(drafter_shapes) > 0
 
 
 def _target_fns(tcfg, tparams, B=2, T=5, S=24):

@@ -23,6 +23,7 @@ from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import bind_drafter_for, tap_layers_for
 from dominotree_jax.decoding.round import (LoopState, first_state, prefill_context,
                                            repeat_prefilled, round_step)
+from dominotree_jax.model.drafter import bind_drafter_float32_view
 from dominotree_jax.model.target import bind_float32_view, bind_target
 from dominotree_jax.precision import check_pair, params_precision, uses_float32_view
 
@@ -175,12 +176,16 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
         pre = repeat_prefilled(pre, rows_B)
     state = first_state(pre, key, config=config, auto=None if policy is None
                          else policy.init(auto_state), stops_Be=stops_Be)
-    plain_target = None   # auto's plain steps on 16-bit CPU weights: their float32 view
-    if (policy is not None and policy.can_pay
-            and uses_float32_view(params_precision(params["target"]), jax.default_backend())):
-        plain_target = bind_float32_view(config.target, params["target"])
+    plain_target = plain_drafter = None   # auto's plain steps on 16-bit CPU weights: the
+    if policy is not None and policy.can_pay:   # float32 views, made once before the loop
+        if uses_float32_view(params_precision(params["target"]), jax.default_backend()):
+            plain_target = bind_float32_view(config.target, params["target"])
+        if drafter is not None and uses_float32_view(
+                params_precision(params["drafter"], "drafter parameters"), jax.default_backend()):
+            plain_drafter = bind_drafter_float32_view(config.drafter, params["drafter"])
     step = functools.partial(round_step, lengths_B=lengths_B, config=config, target=target,
-                             drafter=drafter, policy=policy, plain_target=plain_target)
+                             drafter=drafter, policy=policy, plain_target=plain_target,
+                             plain_drafter=plain_drafter)
     final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), step, state)
     return _outputs(final, T, config)
 

@@ -216,15 +216,19 @@ def fixed_round(inp: RoundInput, *, size: int, config: DecodeConfig, target,
 
 
 def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
-               config: DecodeConfig, target, drafter, plain_target=None) -> RoundResult:
+               config: DecodeConfig, target, drafter, plain_target=None,
+               plain_drafter=None) -> RoundResult:
     """``budget="auto"``: draft or not, pick a size for the batch (``auto_size.py``), run that
     size's ``lax.switch`` branch (the cache only read), then write the kept rows outside it
     and update the policy state. ``live_B``: rows not done (only they count).
     ``plain_target``: the target the plain-step branch (size 0) runs and whose embedding the
     Domino head reads, e.g. the float32 view of 16-bit weights made before the loop
-    (``target.bind_float32_view``); default ``target``."""
+    (``target.bind_float32_view``); default ``target``. ``plain_drafter``: the drafter whose
+    context rows the plain-step branch computes (``drafter.bind_drafter_float32_view``);
+    default ``drafter``."""
     B = inp.t0_B.shape[0]
     plain_target = target if plain_target is None else plain_target
+    plain_drafter = drafter if plain_drafter is None else plain_drafter
     drafted = policy.wants_draft(auto)
     draft = jax.lax.cond(
         drafted, lambda: draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
@@ -233,7 +237,8 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
     choice = policy.choose(auto, draft, live_B)
     choice = choice._replace(index=jnp.where(drafted, choice.index, 0))
     branches = [functools.partial(_branch, num_nodes=n, config=config,
-                                  target=plain_target if n == 0 else target, drafter=drafter)
+                                  target=plain_target if n == 0 else target,
+                                  drafter=plain_drafter if n == 0 else drafter)
                 for n in policy.sizes]
     rows, first_B = jax.lax.switch(choice.index, branches, inp, draft)
     root_hit_B = jnp.any(draft.valid_BN & (draft.parents_BN < 0)
@@ -300,9 +305,9 @@ def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next
 
 
 def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
-               policy: AutoPolicy | None, plain_target=None) -> LoopState:
+               policy: AutoPolicy | None, plain_target=None, plain_drafter=None) -> LoopState:
     """One round for every batch row: the body of ``decode``'s ``while_loop``
-    (``plain_target``: ``auto_round``'s)."""
+    (``plain_target``, ``plain_drafter``: ``auto_round``'s)."""
     next_key, key = jax.random.split(state.key)
     inp = RoundInput(cache=state.cache, ctx=state.ctx,
                      t0_B=jnp.take_along_axis(state.out_BO, (state.n_B - 1)[:, None], 1)[:, 0],
@@ -315,7 +320,7 @@ def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, dra
     else:
         result = auto_round(inp, state.auto, live_B=~state.done_B, policy=policy,
                             config=config, target=target, drafter=drafter,
-                            plain_target=plain_target)
+                            plain_target=plain_target, plain_drafter=plain_drafter)
     return commit_round(state, inp, result, next_key=next_key, config=config, drafter=drafter)
 
 

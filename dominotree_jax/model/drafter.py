@@ -35,7 +35,7 @@ from dominotree_jax.model.cache import (as_stored, storage_dtype, value_dtype, v
                                         write_layers_at)
 from dominotree_jax.model.layers import (Attention, Linear, RMSNorm, SwiGLU, attend, rope_cos_sin,
                                          rope_inv_freq)
-from dominotree_jax.precision import params_precision, to_activation
+from dominotree_jax.precision import float32_view, params_precision, to_activation
 
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
@@ -86,14 +86,15 @@ class DrafterContext(NamedTuple):
 class DrafterLayer(nnx.Module):
     """A Qwen3 decoder layer (q/k RMSNorm, no qkv bias)."""
 
-    def __init__(self, cfg: DrafterConfig, *, dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: DrafterConfig, *, dtype, operand_dtype=None, rngs: nnx.Rngs):
         H = cfg.hidden_size
         self.input_layernorm = RMSNorm(H, cfg.rms_norm_eps, dtype=dtype)
         self.self_attn = Attention(H, cfg.num_attention_heads, cfg.num_key_value_heads,
                                    cfg.head_dim, qk_norm=True, bias=False, eps=cfg.rms_norm_eps,
-                                   dtype=dtype, rngs=rngs)
+                                   dtype=dtype, operand_dtype=operand_dtype, rngs=rngs)
         self.post_attention_layernorm = RMSNorm(H, cfg.rms_norm_eps, dtype=dtype)
-        self.mlp = SwiGLU(H, cfg.intermediate_size, dtype=dtype, rngs=rngs)
+        self.mlp = SwiGLU(H, cfg.intermediate_size, dtype=dtype, operand_dtype=operand_dtype,
+                          rngs=rngs)
 
 
 class PrefixGRU(nnx.Module):
@@ -112,19 +113,23 @@ class SiLU(nnx.Module):
 
 
 class Drafter(nnx.Module):
-    def __init__(self, cfg: DrafterConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
+    def __init__(self, cfg: DrafterConfig, *, dtype=jnp.float32, operand_dtype=None,
+                 rngs: nnx.Rngs):
+        """``operand_dtype`` (static): the float32 view of 16-bit weights
+        (``bind_drafter_float32_view``), for the ``Linear`` products."""
         self.cfg = cfg
         H = cfg.hidden_size
-        self.fc = Linear(cfg.num_taps * H, H, dtype=dtype, rngs=rngs)
+        lin = functools.partial(Linear, dtype=dtype, operand_dtype=operand_dtype, rngs=rngs)
+        self.fc = lin(cfg.num_taps * H, H)
         self.hidden_norm = RMSNorm(H, cfg.rms_norm_eps, dtype=dtype)
-        self.layers = nnx.List([DrafterLayer(cfg, dtype=dtype, rngs=rngs)
+        self.layers = nnx.List([DrafterLayer(cfg, dtype=dtype, operand_dtype=operand_dtype,
+                                             rngs=rngs)
                                 for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(H, cfg.rms_norm_eps, dtype=dtype)
         if cfg.is_domino:
             G, E = cfg.gru_hidden_dim, cfg.emb_dim
             self.prefix_gru = PrefixGRU(H, G, dtype=dtype, rngs=rngs)
-            self.embed_proj = nnx.List([Linear(H + G, E, dtype=dtype, rngs=rngs), SiLU(),
-                                        Linear(E, cfg.vocab_size, dtype=dtype, rngs=rngs)])
+            self.embed_proj = nnx.List([lin(H + G, E), SiLU(), lin(E, cfg.vocab_size)])
         else:
             self.prefix_gru = None
             self.embed_proj = None
@@ -224,10 +229,11 @@ class Drafter(nnx.Module):
 # ---------------------------------------------------------------------- params
 
 @functools.lru_cache(maxsize=None)
-def drafter_graphdef(cfg: DrafterConfig, dtype_name: str = "float32"):
+def drafter_graphdef(cfg: DrafterConfig, dtype_name: str = "float32",
+                     operand_name: str | None = None):
     """(graphdef, abstract state) of a ``Drafter`` for ``cfg``: no arrays are allocated."""
     abstract = nnx.eval_shape(lambda: Drafter(cfg, dtype=jnp.dtype(dtype_name),
-                                              rngs=nnx.Rngs(0)))
+                                              operand_dtype=operand_name, rngs=nnx.Rngs(0)))
     return nnx.split(abstract)
 
 
@@ -235,6 +241,20 @@ def bind_drafter(cfg: DrafterConfig, params) -> Drafter:
     """A ``Drafter`` over the parameter pytree ``params`` (an ``nnx.State``); jit-safe."""
     graphdef, _ = drafter_graphdef(cfg, params_precision(params, "drafter parameters"))
     return nnx.merge(graphdef, params)
+
+
+def bind_drafter_float32_view(cfg: DrafterConfig, params) -> Drafter:
+    """The drafter over the float32 view of 16-bit ``params`` (``precision.float32_view``),
+    its ``Linear`` products rounding their input to that precision first: what the plain steps
+    of ``budget="auto"`` run for the context rows of a kept token (``context_rows``), with the
+    weights' upcast made once before the loop (``model.target.bind_float32_view`` is the
+    target's). The Domino head reads its raw weights, so drafting stays on ``bind_drafter``.
+    Float32 ``params``: ``bind_drafter``. jit-safe."""
+    name = params_precision(params, "drafter parameters")
+    if name == "float32":
+        return bind_drafter(cfg, params)
+    graphdef, _ = drafter_graphdef(cfg, "float32", name)
+    return nnx.merge(graphdef, float32_view(params))
 
 
 def init_drafter_params(cfg: DrafterConfig, seed: int = 0, dtype=jnp.float32):
