@@ -39,9 +39,15 @@ def _dense_reference(q, new_k, new_v, block_mask, cache_k, cache_v, prefix):
     (2, 17, 9, 3, 8, 50, 16),    # a 17-row tree
     (2, 7, 4, 4, 8, 23, 23),     # no GQA grouping, block == S
     (4, 3, 8, 1, 4, 64, 5),      # MQA, many small blocks
+    (3, 2, 6, 2, 8, 33, 8),      # two rows x group 3: 6 folded rows
 ])
 @pytest.mark.parametrize("dense_rows", [0, 10**6], ids=["block-loop", "dense-buckets"])
-def test_blockwise_matches_plain_attention(B, T, N, K, D, S, block, dense_rows):
+@pytest.mark.parametrize("slot_major_rows", [0, 10**6], ids=["scores-US", "scores-SU"])
+def test_blockwise_matches_plain_attention(B, T, N, K, D, S, block, dense_rows,
+                                           slot_major_rows, monkeypatch):
+    """Both score layouts of the cache pass (``SLOT_MAJOR_ROWS``: ``[U, S]``, or ``[S, U]`` for
+    few rows) and both ways over the prefix give plain attention's result."""
+    monkeypatch.setattr("dominotree_jax.model.layers.SLOT_MAJOR_ROWS", slot_major_rows)
     rng = np.random.default_rng(B * 100 + T)
     f32 = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)  # noqa: E731
     q, new_k, new_v = f32(B, T, N, D), f32(B, T, K, D), f32(B, T, K, D)

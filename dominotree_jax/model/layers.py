@@ -220,6 +220,40 @@ def _online_step(state, s_BKUS, visible, v_BKSD):
             acc_BKUD * alpha + pv_BKUD)
 
 
+# At most this many folded query rows per kv head (a decode step: one row times the group) read
+# the cache slots as the *rows* of their score product (``[S, U]``, keys as the left operand):
+# on XLA:CPU the few-row ``[U, D] x [D, S]`` product with the slots as the result's columns is
+# 1.8-3.6x slower per layer at batch 16-64 (``benchmarks/bench_attention_layout.py``); with more
+# rows (verify, prefill) the usual ``[U, S]`` layout is the faster one.
+SLOT_MAJOR_ROWS = 8
+
+
+def _online_step_slot_major(state, q_BKUD, k_BKSD, v_BKSD, visible_BS):
+    """``_online_step`` over cache slots with the scores kept as ``[B, K, S, U]`` (same
+    running softmax, same float32 state ``(max [B, K, U, 1], sum, acc)``)."""
+    m_BKU1, l_BKU1, acc_BKUD = state
+    s_BKSU = jax.lax.dot_general(k_BKSD, q_BKUD, (((3,), (3,)), ((0, 1), (0, 1))),
+                                 preferred_element_type=jnp.float32) * (q_BKUD.shape[-1] ** -0.5)
+    s_BKSU = jnp.where(visible_BS[:, None, :, None], s_BKSU, -jnp.inf)
+    m_new = jnp.maximum(m_BKU1, jnp.swapaxes(jnp.max(s_BKSU, axis=2, keepdims=True), 2, 3))
+    m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+    alpha = jnp.exp(m_BKU1 - m_safe)
+    p_BKSU = jnp.exp(s_BKSU - jnp.swapaxes(m_safe, 2, 3))
+    pv_BKUD = jax.lax.dot_general(p_BKSU.astype(v_BKSD.dtype), v_BKSD,
+                                  (((2,), (2,)), ((0, 1), (0, 1))),
+                                  preferred_element_type=jnp.float32)
+    return (m_new, l_BKU1 * alpha + jnp.swapaxes(jnp.sum(p_BKSU, axis=2, keepdims=True), 2, 3),
+            acc_BKUD * alpha + pv_BKUD)
+
+
+def _prefix_step(state, q_BKUD, k_BKSD, v_BKSD, visible_BS):
+    """One running-softmax step over the cache slots ``k/v [B, K, S, D]`` with
+    ``visible [B, S]``, in the score layout that is faster for ``U`` (``SLOT_MAJOR_ROWS``)."""
+    if q_BKUD.shape[2] <= SLOT_MAJOR_ROWS:
+        return _online_step_slot_major(state, q_BKUD, k_BKSD, v_BKSD, visible_BS)
+    return _online_step(state, _scores(q_BKUD, k_BKSD), visible_BS[:, None, None, :], v_BKSD)
+
+
 def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, cache_v_BKSD,
                   prefix_B, *, block: int | None = None, dense_rows: int | None = None,
                   mode: str = "auto"):
@@ -263,8 +297,7 @@ def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
     blk = min(block, S)
     if blk == S:
         live_BS = jnp.arange(S)[None, :] < prefix_B[:, None]
-        state = _online_step(state, _scores(q_BKUD, cache_k_BKSD), live_BS[:, None, None, :],
-                             cache_v_BKSD)
+        state = _prefix_step(state, q_BKUD, cache_k_BKSD, cache_v_BKSD, live_BS)
     elif U <= dense_rows:   # decode, verify
         buckets = []
         width = blk
@@ -275,8 +308,8 @@ def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
 
         def dense(width, st):
             live_BS = jnp.arange(width)[None, :] < prefix_B[:, None]
-            return _online_step(st, _scores(q_BKUD, cache_k_BKSD[:, :, :width]),
-                                live_BS[:, None, None, :], cache_v_BKSD[:, :, :width])
+            return _prefix_step(st, q_BKUD, cache_k_BKSD[:, :, :width],
+                                cache_v_BKSD[:, :, :width], live_BS)
 
         def bucketed(st):
             index = jnp.searchsorted(jnp.asarray(buckets), jnp.max(prefix_B), side="left")
@@ -297,7 +330,7 @@ def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
             vb = jax.lax.dynamic_slice_in_dim(cache_v_BKSD, first, blk, axis=2)
             slot = first + jnp.arange(blk)
             live_BS = (slot >= lo)[None, :] & (slot[None, :] < prefix_B[:, None])
-            return _online_step(st, _scores(q_BKUD, kb), live_BS[:, None, None, :], vb)
+            return _prefix_step(st, q_BKUD, kb, vb, live_BS)
 
         n_blocks = (jnp.max(prefix_B) + blk - 1) // blk
         state = jax.lax.fori_loop(0, n_blocks, one_block, state)
