@@ -205,52 +205,43 @@ def _scores(q_BKUD, k_BKSD):
     return s * (q_BKUD.shape[-1] ** -0.5)
 
 
-def _online_step(state, s_BKUS, visible, v_BKSD):
-    """One key block of the running softmax: state ``(max, sum, acc)`` in float32."""
+def _online_step(state, s, visible, v_BKSD, slot_axis: int = 3):
+    """One key block of the running softmax: state ``(max, sum, acc)`` in float32, each
+    ``[B, K, U, ...]``. The scores ``s`` are ``[B, K, U, S]`` (``slot_axis`` 3) or
+    ``[B, K, S, U]`` (``slot_axis`` 2: slot-major, see ``SLOT_MAJOR_ROWS``)."""
     m_BKU1, l_BKU1, acc_BKUD = state
-    s_BKUS = jnp.where(visible, s_BKUS, -jnp.inf)
-    m_new = jnp.maximum(m_BKU1, jnp.max(s_BKUS, axis=-1, keepdims=True))
+
+    def per_row(x):   # a [B, K, 1, U] reduction over slot-major scores as [B, K, U, 1]
+        return x if slot_axis == 3 else jnp.swapaxes(x, 2, 3)
+    s = jnp.where(visible, s, -jnp.inf)
+    m_new = jnp.maximum(m_BKU1, per_row(jnp.max(s, axis=slot_axis, keepdims=True)))
     m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
     alpha = jnp.exp(m_BKU1 - m_safe)
-    p_BKUS = jnp.exp(s_BKUS - m_safe)
-    pv_BKUD = jax.lax.dot_general(p_BKUS.astype(v_BKSD.dtype), v_BKSD,
-                                  (((3,), (2,)), ((0, 1), (0, 1))),
+    p = jnp.exp(s - per_row(m_safe))
+    pv_BKUD = jax.lax.dot_general(p.astype(v_BKSD.dtype), v_BKSD,
+                                  (((slot_axis,), (2,)), ((0, 1), (0, 1))),
                                   preferred_element_type=jnp.float32)
-    return (m_new, l_BKU1 * alpha + jnp.sum(p_BKUS, axis=-1, keepdims=True),
+    return (m_new, l_BKU1 * alpha + per_row(jnp.sum(p, axis=slot_axis, keepdims=True)),
             acc_BKUD * alpha + pv_BKUD)
 
 
 # At most this many folded query rows per kv head (a decode step: one row times the group) read
 # the cache slots as the *rows* of their score product (``[S, U]``, keys as the left operand):
 # on XLA:CPU the few-row ``[U, D] x [D, S]`` product with the slots as the result's columns is
-# 1.8-3.6x slower per layer at batch 16-64 (``benchmarks/bench_attention_layout.py``); with more
-# rows (verify, prefill) the usual ``[U, S]`` layout is the faster one.
+# up to ~3x slower at batch 16-64 (one layer's cache pass: 1.9x at batch 16, 2.9x at batch 64
+# with 640 slots; ``benchmarks/bench_attention_layout.py``); with more rows (verify, prefill)
+# the usual ``[U, S]`` layout is kept.
 SLOT_MAJOR_ROWS = 8
-
-
-def _online_step_slot_major(state, q_BKUD, k_BKSD, v_BKSD, visible_BS):
-    """``_online_step`` over cache slots with the scores kept as ``[B, K, S, U]`` (same
-    running softmax, same float32 state ``(max [B, K, U, 1], sum, acc)``)."""
-    m_BKU1, l_BKU1, acc_BKUD = state
-    s_BKSU = jax.lax.dot_general(k_BKSD, q_BKUD, (((3,), (3,)), ((0, 1), (0, 1))),
-                                 preferred_element_type=jnp.float32) * (q_BKUD.shape[-1] ** -0.5)
-    s_BKSU = jnp.where(visible_BS[:, None, :, None], s_BKSU, -jnp.inf)
-    m_new = jnp.maximum(m_BKU1, jnp.swapaxes(jnp.max(s_BKSU, axis=2, keepdims=True), 2, 3))
-    m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
-    alpha = jnp.exp(m_BKU1 - m_safe)
-    p_BKSU = jnp.exp(s_BKSU - jnp.swapaxes(m_safe, 2, 3))
-    pv_BKUD = jax.lax.dot_general(p_BKSU.astype(v_BKSD.dtype), v_BKSD,
-                                  (((2,), (2,)), ((0, 1), (0, 1))),
-                                  preferred_element_type=jnp.float32)
-    return (m_new, l_BKU1 * alpha + jnp.swapaxes(jnp.sum(p_BKSU, axis=2, keepdims=True), 2, 3),
-            acc_BKUD * alpha + pv_BKUD)
 
 
 def _prefix_step(state, q_BKUD, k_BKSD, v_BKSD, visible_BS):
     """One running-softmax step over the cache slots ``k/v [B, K, S, D]`` with
     ``visible [B, S]``, in the score layout that is faster for ``U`` (``SLOT_MAJOR_ROWS``)."""
     if q_BKUD.shape[2] <= SLOT_MAJOR_ROWS:
-        return _online_step_slot_major(state, q_BKUD, k_BKSD, v_BKSD, visible_BS)
+        s_BKSU = jax.lax.dot_general(k_BKSD, q_BKUD, (((3,), (3,)), ((0, 1), (0, 1))),
+                                     preferred_element_type=jnp.float32)
+        return _online_step(state, s_BKSU * (q_BKUD.shape[-1] ** -0.5),
+                            visible_BS[:, None, :, None], v_BKSD, slot_axis=2)
     return _online_step(state, _scores(q_BKUD, k_BKSD), visible_BS[:, None, None, :], v_BKSD)
 
 
