@@ -8,9 +8,9 @@ An arm is ``+``-joined recipe options: ``random`` / ``target`` (layer init), ``u
 ``all_anchors`` (``anchor_mode="all"``, capped at 32 anchors per sequence), ``hold`` (λ = 1 for the
 first 25 % of the steps, then down to 0.2 over the next 50 %), ``soft`` (full-distribution soft
 targets at 0.5), ``soft_topk`` (KL to the stored top-k target logits at 0.5: data collected with
-``--store-topk`` or made by ``train.backfill_topk``). The target, data, features, held-out split and evaluation are shared; only the
-options differ. Prints and writes the held-out teacher-forced chain τ (base and corrected) and
-per-depth accuracies of each arm.
+``--store-topk`` or made by ``train.backfill_topk``). The target, data, features, held-out split
+and evaluation are shared; only the options differ. Prints and writes the held-out teacher-forced
+chain τ (base and corrected) and per-depth accuracies of each arm.
 """
 
 from __future__ import annotations
