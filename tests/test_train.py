@@ -13,6 +13,7 @@ import pytest
 import dominotree_jax as dj
 from convert.drafter import load_drafter, save_drafter
 from dominotree_jax.config import DrafterConfig, TargetConfig
+from dominotree_jax.model.state import state_to_flat
 from dominotree_jax.model.target import init_target_params
 from dominotree_jax.train import dataset as D
 from dominotree_jax.train.features import FeatureCache
@@ -258,3 +259,71 @@ def test_feature_cache_root_is_shared_by_data_set_name():
     want = os.path.join("runs/features", "smollm2")
     assert cache_root("runs/features", "data/smollm2/") == want
     assert cache_root("runs/features", "data/smollm2") == want
+
+
+def test_dataset_from_a_later_shard(setup):
+    root, target, ds, _, _ = setup
+    store, feats = ds.store, ds.features
+    later = D.SequenceDataset(store, feats, SEQ_LEN, first_shard=1)
+    assert len(later) == 16               # shards 1 and 2 of 8 rows each
+    np.testing.assert_array_equal(later.get(0)[0], ds.get(8)[0])
+    np.testing.assert_array_equal(later.get(0)[1], ds.get(8)[1])
+    only = D.SequenceDataset(store, feats, SEQ_LEN, max_shards=2, first_shard=1)
+    assert len(only) == 8
+    with pytest.raises(ValueError, match="first_shard 3 leaves no answer shard of 3"):
+        D.SequenceDataset(store, feats, SEQ_LEN, first_shard=3)
+
+
+def test_best_drafter_exports_only_what_beats_the_reference_and_earlier_exports(setup, tmp_path):
+    from dominotree_jax.train.best import BestDrafter, recorded_reference_tau
+    a = _trainer(setup, "best_src", 2)
+    params = a.params
+    a.close()
+    best = BestDrafter(str(tmp_path), DCFG, reference_tau=1.5, reference="shipped")
+    assert recorded_reference_tau(str(tmp_path), "shipped") == 1.5
+    assert recorded_reference_tau(str(tmp_path), "other") is None
+    assert not best.offer(params, {"tau_corr": 1.4}, step=10)
+    assert not best.offer(params, {"tau_corr": 1.5}, step=11)     # a tie is no improvement
+    assert not os.path.exists(best.dir)
+    assert best.offer(params, {"tau_corr": 1.6, "tau_base": 1.2}, step=12)
+    cfg, loaded = load_drafter(best.dir, target_cfg=TCFG)
+    assert cfg == DCFG
+    want = {k: np.asarray(v, np.float32) for k, v in state_to_flat(params).items()}
+    got = state_to_flat(loaded)
+    for k in want:   # the bf16 export of exactly these parameters
+        np.testing.assert_allclose(np.asarray(got[k], np.float32), want[k], rtol=1e-2, atol=1e-2)
+    assert not best.offer(params, {"tau_corr": 1.55}, step=13)     # below its own best
+    # A resumed run keeps the record: the bar stays at its best export.
+    again = BestDrafter(str(tmp_path), DCFG, reference_tau=1.5, reference="shipped")
+    assert again.bar == 1.6 and again.record["step"] == 12
+    assert again.record["metrics"] == {"tau_corr": 1.6, "tau_base": 1.2}
+    # Against another reference the run starts a fresh record.
+    other = BestDrafter(str(tmp_path), DCFG, reference_tau=1.1, reference="other")
+    assert other.bar == 1.1 and other.record["step"] is None
+
+
+def test_keep_best_measures_the_reference_once(setup, tmp_path):
+    import types
+
+    from dominotree_jax.train.__main__ import keep_best
+    root, target, ds, _, held = setup
+    a = _trainer(setup, "keep_best", 2)
+    ref_dir = str(tmp_path / "ref")
+    save_drafter(ref_dir, DCFG, a.params, dtype="float32")
+    calls = []
+
+    def curve(cfg, params):
+        calls.append(cfg)
+        return evaluate(cfg, params, TCFG, target.params, ds, held[:2], anchors=4, batch=2,
+                        answer_frac=1.0)
+
+    args = types.SimpleNamespace(out=str(tmp_path / "run"), eval_every=2, keep_best=ref_dir)
+    os.makedirs(args.out)
+    best = keep_best(args, a, curve)
+    want = curve(DCFG, a.params)["tau_corr"]
+    assert best.bar == pytest.approx(want) and len(calls) == 2
+    keep_best(args, a, curve)            # resumed: the recorded reference, no new evaluation
+    assert len(calls) == 2
+    with pytest.raises(SystemExit, match="--eval-every"):
+        keep_best(types.SimpleNamespace(out=args.out, eval_every=0, keep_best=ref_dir), a, curve)
+    a.close()

@@ -21,7 +21,8 @@ import os
 import sys
 import time
 
-RUN_FIELDS = ("data", "shards", "layers", "intermediate", "taps", "block_size", "gru", "emb",
+RUN_FIELDS = ("data", "shard_from", "shards", "layers", "intermediate", "taps", "block_size",
+              "gru", "emb",
               "mask_token_id", "steps", "batch", "anchors", "seq_len", "lr", "warmup", "gamma",
               "soft", "curriculum", "train_vocab", "heldout_pct", "warm_start", "grow_layers",
               "seed", "layer_init", "anchor_mode", "until_fail", "until_fail_floor", "soft_topk",
@@ -30,6 +31,8 @@ RUN_FIELDS = ("data", "shards", "layers", "intermediate", "taps", "block_size", 
 RUN_DEFAULTS = {"layer_init": "random", "anchor_mode": "sample", "until_fail": False,
                 "until_fail_floor": 0.0, "soft_topk": 0.0, "lam_hold": 0.0, "lam_ramp": 0.5,
                 "lam_end": 0.0, "dtype": "float32"}
+# The same for data settings added after v3 (not TrainConfig fields).
+DATA_DEFAULTS = {"shard_from": 0}
 
 
 STAGES = ("features", "train", "export", "all")
@@ -67,6 +70,8 @@ def parse_args(argv=None):
     # training
     p.add_argument("--shards", type=int, default=None,
                    help="train on the first N answer shards (default: all there are now)")
+    p.add_argument("--shard-from", type=int, default=0,
+                   help="skip the first N answer shards (e.g. the data a warm start saw)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch", type=int, default=8, help="sequences per step")
     p.add_argument("--anchors", type=int, default=12, help="anchors (blocks) per sequence")
@@ -107,6 +112,10 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=int, default=0,
                    help="held-out learning curve every N steps (<out>/heldout_curve.jsonl)")
     p.add_argument("--curve-seqs", type=int, default=8, help="held-out sequences for the curve")
+    p.add_argument("--keep-best", default=None, metavar="DRAFTER",
+                   help="with --eval-every: export the drafter to <out>/best whenever its "
+                   "held-out τ beats this released-format drafter's ('shipped' = the packaged "
+                   "one) and every earlier export (<out>/best.json)")
     p.add_argument("--export-dir", default=None)
     p.add_argument("--eval-seqs", type=int, default=64, help="held-out sequences to evaluate")
     p.add_argument("--eval-anchors", type=int, default=32, help="blocks per held-out sequence")
@@ -131,7 +140,7 @@ def run_settings(args) -> dict:
     path = os.path.join(args.out, "run.json")
     if os.path.exists(path):
         with open(path) as f:
-            return {**RUN_DEFAULTS, **json.load(f)}
+            return {**RUN_DEFAULTS, **DATA_DEFAULTS, **json.load(f)}
     from dominotree_jax.train.shards import ShardStore
     run = {k: getattr(args, k) for k in RUN_FIELDS}
     if run["layer_init"] == "target" and run["warm_start"]:
@@ -185,7 +194,8 @@ def dataset(args, run, target, dcfg):
     store = ShardStore(run["data"], vocab_size=target.config.vocab_size)
     feats = FeatureCache(cache_root(args.features, run["data"]), target.config, target.params,
                          dcfg.target_layer_ids, log=lambda m: _log(args.out, m))
-    return SequenceDataset(store, feats, run["seq_len"], max_shards=run["shards"])
+    return SequenceDataset(store, feats, run["seq_len"], max_shards=run["shards"],
+                           first_shard=run["shard_from"])
 
 
 def _trainer(args, target):
@@ -209,7 +219,8 @@ def _trainer(args, target):
                      ckpt_every_s=args.ckpt_minutes * 60,
                      **{k: run[k] for k in RUN_DEFAULTS})
     p_tr, a_tr = ds.num_tokens(train_ids)
-    _log(args.out, f"{len(ds)} sequences from {run['shards']} shards: {len(train_ids)} train "
+    _log(args.out, f"{len(ds)} sequences from shards {run['shard_from']}..{run['shards'] - 1}: "
+         f"{len(train_ids)} train "
          f"({p_tr} prompt + {a_tr} answer tokens), {len(held_ids)} held out")
     tr = Trainer(dcfg, target.config, target.params, ds, train_ids, tc,
                  os.path.join(args.out, "ckpt"), log_dir=args.out, vocab_ids=vocab,
@@ -229,15 +240,45 @@ def stage_train(args, target):
     trainer, held_ids = _trainer(args, target)
     curve_ids = held_ids[:args.curve_seqs // 2 * 2]
 
+    def curve_metrics(dcfg, params):
+        return evaluate(dcfg, params, target.config, target.params, trainer.ds, curve_ids,
+                        anchors=16, batch=2, seed=args.seed + 17, answer_frac=1.0)
+
+    best = keep_best(args, trainer, curve_metrics) if args.keep_best else None
+
     def heldout(tr):
-        m = evaluate(tr.dcfg, tr.params, target.config, target.params, tr.ds, curve_ids,
-                     anchors=16, batch=2, seed=args.seed + 17, answer_frac=1.0)
-        return {k: v for k, v in m.items()}
+        params = tr.params
+        m = dict(curve_metrics(tr.dcfg, params))
+        if best is not None and best.offer(params, m, tr.step):
+            _log(args.out, f"step {tr.step}: held-out tau {m['tau_corr']:.3f} is the best so "
+                 f"far: exported to {best.dir}")
+        return m
 
     trainer.fit(deadline=_deadline_ts(args.deadline),
                 eval_fn=heldout if args.eval_every and len(curve_ids) else None,
                 eval_every=args.eval_every)
     trainer.close()
+
+
+def keep_best(args, trainer, curve_metrics):
+    """The run's ``BestDrafter``. The reference drafter's held-out τ on the curve's sequences
+    is measured once and kept in ``<out>/best.json``."""
+    from dominotree_jax.train.best import METRIC, BestDrafter, recorded_reference_tau
+    if not args.eval_every:
+        raise SystemExit("--keep-best compares held-out evaluations: give --eval-every too")
+    ref_tau = recorded_reference_tau(args.out, args.keep_best)
+    if ref_tau is None:
+        from convert.drafter import load_drafter
+        from dominotree_jax.assets import smollm2_drafter_path
+        path = smollm2_drafter_path() if args.keep_best == "shipped" else args.keep_best
+        cfg, params = load_drafter(path, dtype="float32", target_cfg=trainer.tcfg)
+        if cfg.num_draft_positions != trainer.dcfg.num_draft_positions:
+            raise SystemExit(f"--keep-best {args.keep_best}: {cfg.num_draft_positions} draft "
+                             f"positions, the run's drafter has "
+                             f"{trainer.dcfg.num_draft_positions}")
+        ref_tau = float(curve_metrics(cfg, params)[METRIC])
+        _log(args.out, f"reference {args.keep_best}: held-out tau {ref_tau:.3f}")
+    return BestDrafter(args.out, trainer.dcfg, ref_tau, reference=args.keep_best)
 
 
 def stage_export(args, target):

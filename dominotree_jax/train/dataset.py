@@ -25,15 +25,20 @@ def heldout_bucket(prompt_ids) -> int:
 
 
 class SequenceDataset:
-    """Every answered sequence; ``get(j)`` crops to the last ``seq_len`` tokens."""
+    """Every answered sequence of the answer shards ``first_shard .. max_shards - 1`` (default:
+    all); ``get(j)`` crops to the last ``seq_len`` tokens."""
 
     def __init__(self, store: ShardStore, features: FeatureCache, seq_len: int,
-                 max_shards: int | None = None):
+                 max_shards: int | None = None, first_shard: int = 0):
+        entries = store.entries("answers")
+        if not 0 <= first_shard < len(entries[:max_shards]):
+            raise ValueError(f"first_shard {first_shard} leaves no answer shard of "
+                             f"{len(entries[:max_shards])} in {store.root}")
         self.store, self.features, self.seq_len = store, features, seq_len
         self.shards, self.index, self.sources = [], [], []
         self.topk_k = 0   # K of the stored top-k target logits (0: no shard has them)
         names = store.manifest["sources"]
-        for entry in store.entries("answers")[:max_shards]:
+        for entry in entries[first_shard:max_shards]:
             shard = store.read(entry)
             if "topk_ids" in shard:
                 k = shard["topk_ids"].shape[1]
