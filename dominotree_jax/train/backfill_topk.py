@@ -47,13 +47,7 @@ def backfill(target, src: ShardStore, out: ShardStore, *, shards: int, k: int,
     written = 0
     for entry in entries[len(done):shards]:
         t0 = time.time()
-        shard = src.read(entry)
-        names = src.manifest["sources"]
-        rows = []
-        for r in range(len(shard["lengths"])):
-            lo, hi = shard["offsets"][r], shard["offsets"][r + 1]
-            rows.append((shard["tokens"][lo:hi].tolist(), int(shard["prompt_lengths"][r]),
-                         names[int(shard["source"][r])]))
+        rows = [(t.tolist(), plen, source) for t, plen, source in src.entry_rows(entry)]
         ids, vals = [], []
         for c in range(0, len(rows), rows_per_forward):
             part = rows[c:c + rows_per_forward]

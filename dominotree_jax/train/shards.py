@@ -166,14 +166,17 @@ class ShardStore:
                 raise ValueError(f"{entry['file']}: top-k rows do not match the answers")
         return out
 
+    def entry_rows(self, entry: dict) -> list[tuple[np.ndarray, int, str]]:
+        """The rows of one shard: ``(token ids int32, prompt length, source name)``."""
+        names = self.manifest["sources"]
+        s = self.read(entry)
+        return [(s["tokens"][s["offsets"][r]:s["offsets"][r + 1]], int(s["prompt_lengths"][r]),
+                 names[int(s["source"][r])]) for r in range(len(s["lengths"]))]
+
     def rows(self, kind: str = "answers") -> Iterator[tuple[np.ndarray, int, str]]:
         """Every row of every ``kind`` shard: ``(token ids int32, prompt length, source)``."""
-        names = self.manifest["sources"]
         for e in self.entries(kind):
-            s = self.read(e)
-            for r in range(len(s["lengths"])):
-                lo, hi = s["offsets"][r], s["offsets"][r + 1]
-                yield s["tokens"][lo:hi], int(s["prompt_lengths"][r]), names[s["source"][r]]
+            yield from self.entry_rows(e)
 
     def totals(self) -> dict:
         out = {}
