@@ -26,19 +26,9 @@ import dominotree_jax as dj
 import dominotree_jax.model.layers as layers
 from dominotree_jax.assets import smollm2_gguf_path
 
-from benchmarks.bench_profile import profile_shape
+from benchmarks.bench_profile import profile_shape, timed
 
 LAYOUTS = {"[U, S] (before)": 0, "[S, U] (slot-major)": 10**6}
-
-
-def _median_ms(fn, *args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append((time.perf_counter() - t0) * 1e3)
-    return float(np.median(times))
 
 
 def layer_pass(B: int, T: int, S: int, repeats: int) -> dict[str, float]:
@@ -59,7 +49,8 @@ def layer_pass(B: int, T: int, S: int, repeats: int) -> dict[str, float]:
         if ref is None:
             ref = got
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)   # same attention
-        out[name] = _median_ms(fn, q, nk, nv, mask, ck, cv, prefix, repeats=repeats)
+        out[name] = timed(fn, q, nk, nv, mask, ck, cv, prefix, repeats=repeats,
+                          clock_fn=time.perf_counter)
     return out
 
 

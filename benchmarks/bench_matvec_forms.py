@@ -13,12 +13,13 @@ float32 dot. Median ms of ``--repeats`` calls, and the weight bytes read per sec
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from benchmarks.bench_profile import timed
 
 SHAPES = ((49152, 576), (1536, 576), (576, 1536), (576, 576))   # head, gate/up, down, q/o
 OI = (((1,), (1,)), ((), ()))   # x [1, I] . w [O, I]
@@ -50,16 +51,6 @@ def chained(product):
     return run
 
 
-def median_ms(fn, *args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=30)
@@ -74,7 +65,8 @@ def main(argv=None):
         cells = []
         for layout, dtype, product in FORMS.values():
             ws = [(w if layout == "OI" else w.T.copy()).astype(dtype) for w in w32]
-            ms = median_ms(chained(product), x, ws, repeats=args.repeats) / n
+            ms = timed(chained(product), x, ws, repeats=args.repeats,
+                       clock_fn=time.perf_counter) / n
             gbs = O * I * jnp.dtype(dtype).itemsize / ms / 1e6
             cells.append(f"{ms:.3f} ({gbs:.0f} GB/s)")
         print(f"| {O}x{I} | " + " | ".join(cells) + " |", flush=True)

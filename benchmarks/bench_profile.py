@@ -53,17 +53,19 @@ CLOCK = {"cpu": time.process_time, "wall": time.perf_counter}
 clock = time.process_time
 
 
-def timed(fn, *args, repeats: int, donate_first: bool = False) -> float:
-    """Median wall ms of ``fn(*args)`` after a warm-up (``donate_first``: arg 0 is consumed
-    and replaced by the result's first element, as the decode loop threads the cache)."""
+def timed(fn, *args, repeats: int, donate_first: bool = False, clock_fn=None) -> float:
+    """Median ms of ``fn(*args)`` after a warm-up, on ``clock_fn`` (default: this module's
+    ``clock``, set by ``--clock``) (``donate_first``: arg 0 is consumed and replaced by the
+    result's first element, as the decode loop threads the cache)."""
+    now = clock_fn or clock
     out = jax.block_until_ready(fn(*args))
     times = []
     for _ in range(repeats):
         if donate_first:
             args = (out[0],) + args[1:]
-        t0 = clock()
+        t0 = now()
         out = jax.block_until_ready(fn(*args))
-        times.append((clock() - t0) * 1e3)
+        times.append((now() - t0) * 1e3)
     return statistics.median(times)
 
 
