@@ -113,6 +113,16 @@ def uses_float32_view(precision, backend: str) -> bool:
     return precision_name(precision) != "float32" and backend == "cpu"
 
 
+def bind_view_if_needed(bind_view, cfg, params, what: str):
+    """``bind_view(cfg, params)`` (a model over the float32 view of ``params``, e.g.
+    ``model.target.bind_float32_view``) where one-row work on ``params`` runs on that view on
+    this backend (``uses_float32_view``), else ``None``. ``what`` names the parameters in the
+    error for an unknown precision."""
+    if not uses_float32_view(params_precision(params, what), jax.default_backend()):
+        return None
+    return bind_view(cfg, params)
+
+
 def float32_view(tree):
     """``tree`` with its floating leaves upcast to float32: exact (bf16 and f16 values are
     float32 values), for products that take ``operand_dtype`` = the original precision."""

@@ -19,8 +19,8 @@ from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter
 from dominotree_jax.model.target import bind_float32_view, bind_target, prefill
 from dominotree_jax.precision import (PrecisionError, check_pair, float32_view,
-                                      params_precision, precision_name, product,
-                                      uses_float32_view)
+                                      bind_view_if_needed, params_precision,
+                                      precision_name, product, uses_float32_view)
 
 from decode_helpers import FAST_XLA
 from spec_fixtures import first_tokens_chi_square_p, tiny_pair
@@ -181,6 +181,24 @@ def test_float32_view_target_runs_the_bf16_one_row_step():
     assert not uses_float32_view("float32", "cpu")
 
 
+def test_bind_view_if_needed_binds_only_16_bit_params_on_cpu():
+    tcfg, _, params = tiny_pair()
+    calls = []
+
+    def bind(cfg, p):
+        calls.append(params_precision(p))
+        return "view"
+
+    assert jax.default_backend() == "cpu"
+    assert bind_view_if_needed(bind, tcfg, _bf16(params["target"]), "target parameters") == "view"
+    assert bind_view_if_needed(bind, tcfg, params["target"], "target parameters") is None
+    assert calls == ["bfloat16"]
+    leaves, tree = jax.tree.flatten(params["target"])
+    mixed = jax.tree.unflatten(tree, [leaves[0].astype(jnp.float16)] + leaves[1:])
+    with pytest.raises(PrecisionError, match="target parameters mix dtypes"):
+        bind_view_if_needed(bind, tcfg, mixed, "target parameters")
+
+
 def test_float32_view_drafter_computes_the_bf16_context_rows():
     from dominotree_jax.model.drafter import bind_drafter, bind_drafter_float32_view
     _, dcfg, params = tiny_pair()
@@ -255,7 +273,7 @@ def test_bf16_auto_decode_upcasts_no_weight_inside_its_loop(monkeypatch):
     out = fast_decode(p16, prompt, config=cfg, auto_state=state)
     np.testing.assert_array_equal(out.tokens, ar.tokens)
     # without the view (what a GPU runs), the branch upcasts the target's weights every round
-    monkeypatch.setattr("dominotree_jax.decoding.decode.uses_float32_view",
+    monkeypatch.setattr("dominotree_jax.precision.uses_float32_view",
                         lambda *a: False)
     assert upcasts(target_shapes) > 0 and upcasts(drafter_shapes) > 0
 

@@ -25,7 +25,7 @@ from dominotree_jax.decoding.round import (LoopState, first_state, prefill_conte
                                            repeat_prefilled, round_step)
 from dominotree_jax.model.drafter import bind_drafter_float32_view
 from dominotree_jax.model.target import bind_float32_view, bind_target
-from dominotree_jax.precision import check_pair, params_precision, uses_float32_view
+from dominotree_jax.precision import bind_view_if_needed, check_pair, params_precision
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Float, Int
@@ -178,11 +178,11 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
                          else policy.init(auto_state), stops_Be=stops_Be)
     plain_target = plain_drafter = None   # auto's plain steps on 16-bit CPU weights: the
     if policy is not None and policy.can_pay:   # float32 views, made once before the loop
-        if uses_float32_view(params_precision(params["target"]), jax.default_backend()):
-            plain_target = bind_float32_view(config.target, params["target"])
-        if drafter is not None and uses_float32_view(
-                params_precision(params["drafter"], "drafter parameters"), jax.default_backend()):
-            plain_drafter = bind_drafter_float32_view(config.drafter, params["drafter"])
+        plain_target = bind_view_if_needed(bind_float32_view, config.target, params["target"],
+                                           "target parameters")
+        if drafter is not None:
+            plain_drafter = bind_view_if_needed(bind_drafter_float32_view, config.drafter,
+                                                params["drafter"], "drafter parameters")
     step = functools.partial(round_step, lengths_B=lengths_B, config=config, target=target,
                              drafter=drafter, policy=policy, plain_target=plain_target,
                              plain_drafter=plain_drafter)
