@@ -31,7 +31,10 @@ def parse_args(argv=None):
     p.add_argument("--max-new", type=int, default=128)
     p.add_argument("--heldout-data", default=None, help="data directory for held-out prompts")
     p.add_argument("--heldout-pct", type=int, default=5)
-    p.add_argument("--heldout-shards", type=int, default=None)
+    p.add_argument("--heldout-shards", type=int, default=None,
+                   help="held-out prompts of the answer shards before this one (default: all)")
+    p.add_argument("--heldout-shard-from", type=int, default=0,
+                   help="... from this answer shard on (e.g. a training run's --shard-from)")
     p.add_argument("--heldout-seqs", type=int, default=64)
     p.add_argument("--features", default="runs/features",
                    help="feature cache shared with training (the held-out data's features)")
@@ -97,7 +100,8 @@ def main(argv=None):
         store = ShardStore(args.heldout_data, vocab_size=target.config.vocab_size)
         hcache = FeatureCache(cache_root(args.features, args.heldout_data), target.config,
                               target.params, taps)
-        ds = SequenceDataset(store, hcache, seq_len=320, max_shards=args.heldout_shards)
+        ds = SequenceDataset(store, hcache, seq_len=320, max_shards=args.heldout_shards,
+                             first_shard=args.heldout_shard_from)
         _, held = ds.split(args.heldout_pct)
         held = held[:args.heldout_seqs]
         held = held[:len(held) // 2 * 2]
