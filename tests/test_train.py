@@ -303,6 +303,7 @@ def test_best_drafter_exports_only_what_beats_the_reference_and_earlier_exports(
 
 
 def test_keep_best_measures_the_reference_once(setup, tmp_path):
+    import dataclasses
     import types
 
     from dominotree_jax.train.__main__ import keep_best
@@ -324,6 +325,12 @@ def test_keep_best_measures_the_reference_once(setup, tmp_path):
     assert best.bar == pytest.approx(want) and len(calls) == 2
     keep_best(args, a, curve)            # resumed: the recorded reference, no new evaluation
     assert len(calls) == 2
+    other = str(tmp_path / "other_taps")
+    save_drafter(other, dataclasses.replace(DCFG, target_layer_ids=(0, 2)), a.params,
+                 dtype="float32")
+    with pytest.raises(SystemExit, match=r"target_layer_ids \(0, 2\)"):
+        keep_best(types.SimpleNamespace(out=str(tmp_path / "run2"), eval_every=2,
+                                        keep_best=other), a, curve)
     with pytest.raises(SystemExit, match="--eval-every"):
         keep_best(types.SimpleNamespace(out=args.out, eval_every=0, keep_best=ref_dir), a, curve)
     a.close()

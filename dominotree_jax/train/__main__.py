@@ -272,10 +272,10 @@ def keep_best(args, trainer, curve_metrics):
         from dominotree_jax.assets import smollm2_drafter_path
         path = smollm2_drafter_path() if args.keep_best == "shipped" else args.keep_best
         cfg, params = load_drafter(path, dtype="float32", target_cfg=trainer.tcfg)
-        if cfg.num_draft_positions != trainer.dcfg.num_draft_positions:
-            raise SystemExit(f"--keep-best {args.keep_best}: {cfg.num_draft_positions} draft "
-                             f"positions, the run's drafter has "
-                             f"{trainer.dcfg.num_draft_positions}")
+        for what in ("num_draft_positions", "target_layer_ids"):   # same blocks, same features
+            if getattr(cfg, what) != getattr(trainer.dcfg, what):
+                raise SystemExit(f"--keep-best {args.keep_best}: {what} {getattr(cfg, what)}, "
+                                 f"the run's drafter has {getattr(trainer.dcfg, what)}")
         ref_tau = float(curve_metrics(cfg, params)[METRIC])
         _log(args.out, f"reference {args.keep_best}: held-out tau {ref_tau:.3f}")
     return BestDrafter(args.out, trainer.dcfg, ref_tau, reference=args.keep_best)
