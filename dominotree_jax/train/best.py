@@ -16,19 +16,26 @@ import os
 
 from convert.drafter import save_drafter
 from dominotree_jax.config import DrafterConfig
+from dominotree_jax.train.shards import atomic_write
 
 METRIC = "tau_corr"
 
 
-def recorded_reference_tau(run_dir: str, reference: str) -> float | None:
-    """The reference's τ kept in ``<run>/best.json`` by an earlier call of this run, or
-    ``None`` (no record, or one against another reference)."""
+def _read_record(run_dir: str, reference: str) -> dict | None:
+    """``<run>/best.json`` if it was written against ``reference``, else ``None``."""
     path = os.path.join(run_dir, "best.json")
     if not os.path.exists(path):
         return None
     with open(path) as f:
         rec = json.load(f)
-    return float(rec["reference_tau"]) if rec.get("reference") == reference else None
+    return rec if rec.get("reference") == reference else None
+
+
+def recorded_reference_tau(run_dir: str, reference: str) -> float | None:
+    """The reference's τ kept in ``<run>/best.json`` by an earlier call of this run, or
+    ``None`` (no record, or one against another reference)."""
+    rec = _read_record(run_dir, reference)
+    return None if rec is None else float(rec["reference_tau"])
 
 
 class BestDrafter:
@@ -40,13 +47,9 @@ class BestDrafter:
         self.dir = os.path.join(run_dir, "best")
         self.record_path = os.path.join(run_dir, "best.json")
         self.dcfg, self.export_dtype = dcfg, export_dtype
-        self.record = {"reference": reference, "reference_tau": float(reference_tau),
-                       "step": None, "tau": None}
-        if os.path.exists(self.record_path):
-            with open(self.record_path) as f:
-                old = json.load(f)
-            if old.get("reference") == reference:
-                self.record = old
+        self.record = _read_record(run_dir, reference) or {
+            "reference": reference, "reference_tau": float(reference_tau), "step": None,
+            "tau": None}
         self._write_record()
 
     @property
@@ -67,7 +70,5 @@ class BestDrafter:
         return True
 
     def _write_record(self):
-        tmp = self.record_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.record, f, indent=1)
-        os.replace(tmp, self.record_path)
+        text = json.dumps(self.record, indent=1).encode()
+        atomic_write(self.record_path, lambda f: f.write(text))

@@ -31,7 +31,7 @@ class SequenceDataset:
     def __init__(self, store: ShardStore, features: FeatureCache, seq_len: int,
                  max_shards: int | None = None, first_shard: int = 0):
         entries = store.entries("answers")
-        if not 0 <= first_shard < len(entries[:max_shards]):
+        if first_shard and not 0 < first_shard < len(entries[:max_shards]):
             raise ValueError(f"first_shard {first_shard} leaves no answer shard of "
                              f"{len(entries[:max_shards])} in {store.root}")
         self.store, self.features, self.seq_len = store, features, seq_len

@@ -37,7 +37,8 @@ FORMAT = 1
 KINDS = ("answers", "requests")
 
 
-def _atomic_write(path: str, write) -> None:
+def atomic_write(path: str, write) -> None:
+    """Write ``path`` through ``write(file)`` into a temporary file, synced, then renamed."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         write(f)
@@ -127,7 +128,7 @@ class ShardStore:
         index = sum(1 for s in self.manifest["shards"] if s["kind"] == kind)
         name = f"{kind}_{index:05d}.npz"
         os.makedirs(self.root, exist_ok=True)
-        _atomic_write(os.path.join(self.root, name), lambda f: np.savez_compressed(
+        atomic_write(os.path.join(self.root, name), lambda f: np.savez_compressed(
             f, tokens=flat.astype(np.uint16), lengths=lengths, prompt_lengths=plen,
             source=src, **extra))
         entry = {"file": name, "kind": kind, "rows": int(len(rows)),
@@ -140,7 +141,7 @@ class ShardStore:
 
     def _write_manifest(self):
         text = json.dumps(self.manifest, indent=1).encode()
-        _atomic_write(os.path.join(self.root, "manifest.json"), lambda f: f.write(text))
+        atomic_write(os.path.join(self.root, "manifest.json"), lambda f: f.write(text))
 
     # ------------------------------------------------------------------ reading
     def entries(self, kind: str = "answers") -> list[dict]:
