@@ -15,9 +15,14 @@ from dominotree_jax.model.drafter import Drafter
 # The tiny test models run in milliseconds; XLA's CPU backend optimisations cost seconds per
 # compile. Level 0 halves compile time and changes no result these tests look at.
 FAST_XLA = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+# The sampling tests' batches of ~20000 rows: XLA's constant folding evaluates the loop's
+# batch-wide constants (e.g. a [20000, J, V] reduce of a broadcast constant) in its HLO
+# interpreter at compile time, 5-12 s each. Without the pass the same values are computed when
+# the program runs (milliseconds); the decode itself is unchanged.
+SAMPLING_XLA = dict(FAST_XLA, xla_disable_hlo_passes="constant_folding")
 
 
-def fresh_jit_decode():
+def fresh_jit_decode(compiler_options=FAST_XLA):
     """``run(params, prompt_BT, lengths_B, key=None, *, config)``: ``decode`` jitted with a
     compilation cache of its own (a new function object per call), so traces made while a test
     patches the drafter are never shared with other test modules."""
@@ -25,7 +30,7 @@ def fresh_jit_decode():
     def run(params, prompt_BT, lengths_B, key=None, *, config):
         return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B)
 
-    return jax.jit(run, static_argnames="config", compiler_options=FAST_XLA)
+    return jax.jit(run, static_argnames="config", compiler_options=compiler_options)
 
 
 def oracle_table(prompt_BT, lengths_B, gen_BY, vocab, depth):

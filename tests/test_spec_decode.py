@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from dominotree_jax import DecodeConfig, decode
-from decode_helpers import FAST_XLA
+from decode_helpers import FAST_XLA, SAMPLING_XLA, fresh_jit_decode
 from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
 
 METHODS = ("dflash", "domino", "ddtree", "dominotree")
 jdecode = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
+sampling_decode = jax.jit(decode, static_argnames="config", compiler_options=SAMPLING_XLA)
 
 
 def _cfg(tcfg, dcfg, method, **kw):
@@ -45,15 +46,16 @@ def test_oracle_drafter_reaches_max_tau_and_wrong_drafter_gets_one(method, shift
     seq = np.concatenate([np.asarray(prompt), np.asarray(ref.tokens[0])])
     cfg = _cfg(tcfg, dcfg, method, max_new_tokens=n, budget=8, node_topk=2)
     max_tau = cfg.max_depth + 1
+    # a fresh jit per drafter (each patches Drafter.draft): traces are never shared
     with scripted_drafter(seq):
-        out = decode(params, prompt, config=cfg)
+        out = fresh_jit_decode()(params, prompt[None], None, config=cfg)
     np.testing.assert_array_equal(out.tokens[0], ref.tokens[0, :n])
     taus = np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])])
     # every round accepts the whole draft; the last one commits only what max_new_tokens allows
     assert (taus[:-1] == max_tau).all() and 1 <= taus[-1] <= max_tau, (method, taus, max_tau)
     assert taus.sum() == n - 1  # accept_lengths count committed tokens (+1 from the prefill)
     with scripted_drafter(seq, wrong=True):
-        out = decode(params, prompt, config=cfg)
+        out = fresh_jit_decode()(params, prompt[None], None, config=cfg)
     np.testing.assert_array_equal(out.tokens[0], ref.tokens[0, :n])
     taus = np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])])
     assert (taus == 1).all() and len(taus) == n - 1
@@ -65,7 +67,8 @@ def test_sampling_matches_the_target_distribution(method):
     tcfg, dcfg, params, prompt, exact = sampling_case()
     cfg = _cfg(tcfg, dcfg, method, max_new_tokens=3, temperature=1.0, budget=6, node_topk=2,
                top_m=0)
-    out = jdecode(params, jnp.tile(prompt, (runs, 1)), config=cfg, key=jax.random.key(7))
+    out = sampling_decode(params, jnp.tile(prompt, (runs, 1)), config=cfg,
+                          key=jax.random.key(7))
     toks = np.asarray(out.tokens)
     assert (toks >= 0).all()
     p = first_tokens_chi_square_p(toks, exact, tcfg.vocab_size)
