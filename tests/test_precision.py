@@ -22,7 +22,7 @@ from dominotree_jax.precision import (PrecisionError, check_pair, float32_view,
                                       bind_view_if_needed, params_precision,
                                       precision_name, product, uses_float32_view)
 
-from decode_helpers import FAST_XLA
+from decode_helpers import FAST_XLA, SAMPLING_XLA
 from spec_fixtures import first_tokens_chi_square_p, tiny_pair
 
 BF16, F32 = jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)
@@ -31,6 +31,7 @@ jdecode = jax.jit(decode, static_argnames="config")
 # the tiny pairs' programs: LLVM's expensive passes off (the same HLO, so the same numbers;
 # half the compile time)
 fast_decode = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
+sampling_decode = jax.jit(decode, static_argnames="config", compiler_options=SAMPLING_XLA)
 # primitives that only move, select or convert data: allowed to see bf16 operands
 MOVES = {"reshape", "transpose", "broadcast_in_dim", "concatenate", "slice", "dynamic_slice",
          "dynamic_update_slice", "gather", "scatter", "select_n", "squeeze", "expand_dims",
@@ -262,20 +263,23 @@ def test_bf16_auto_decode_upcasts_no_weight_inside_its_loop(monkeypatch):
     prompt = jnp.array([[3, 17, 5, 9, 33, 2, 8]])
     state = initial_state(cfg, 1)
 
-    def upcasts(shapes):   # a fresh function each time: no trace cached from another setting
+    def compiled():   # a fresh function each time: no trace cached from another setting
         def fn(p, x, st):
             return decode(p, x, config=cfg, auto_state=st)
-        return _per_iteration_upcasts(jax.jit(fn).lower(p16, prompt, state).compile().as_text(),
-                                      shapes)
+        return jax.jit(fn).lower(p16, prompt, state).compile().as_text()
 
-    assert upcasts(target_shapes) == 0 and upcasts(drafter_shapes) == 0
+    hlo = compiled()   # one compile per setting, both weight sets counted in it
+    assert _per_iteration_upcasts(hlo, target_shapes) == 0
+    assert _per_iteration_upcasts(hlo, drafter_shapes) == 0
     ar = fast_decode(p16, prompt, config=dataclasses.replace(cfg, method="ar", budget=16))
     out = fast_decode(p16, prompt, config=cfg, auto_state=state)
     np.testing.assert_array_equal(out.tokens, ar.tokens)
     # without the view (what a GPU runs), the branch upcasts the target's weights every round
     monkeypatch.setattr("dominotree_jax.precision.uses_float32_view",
                         lambda *a: False)
-    assert upcasts(target_shapes) > 0 and upcasts(drafter_shapes) > 0
+    hlo = compiled()
+    assert _per_iteration_upcasts(hlo, target_shapes) > 0
+    assert _per_iteration_upcasts(hlo, drafter_shapes) > 0
 
 
 def _target_fns(tcfg, tparams, B=2, T=5, S=24):
@@ -393,7 +397,7 @@ def test_bf16_sampling_matches_the_bf16_target_distribution(method):
     cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=3,
                        temperature=1.0, budget=6, node_topk=2, top_m=0)
     # the runs in a few calls of one compiled batch: XLA's compile time grows with the batch
-    outs = [fast_decode(p, jnp.tile(prompt, (runs // calls, 1)), config=cfg, key=k)
+    outs = [sampling_decode(p, jnp.tile(prompt, (runs // calls, 1)), config=cfg, key=k)
             for k in jax.random.split(jax.random.key(7), calls)]
     toks = np.concatenate([np.asarray(o.tokens) for o in outs])
     assert toks.shape[0] == runs and (toks >= 0).all()
