@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from decode_helpers import FAST_XLA, fresh_jit_decode, oracle_table
+from decode_helpers import FAST_XLA, SAMPLING_XLA, fresh_jit_decode, oracle_table
 from dominotree_jax import DecodeConfig
 from dominotree_jax import decode as decode_fn
 from dominotree_jax.decoding import auto_size, costs
@@ -200,7 +200,7 @@ def test_sampling_matches_the_target_distribution():
     tcfg, dcfg, params, prompt, exact = sampling_case()
     cfg = _cfg(tcfg, dcfg, "dominotree", max_new_tokens=3, temperature=1.0, node_topk=2,
                top_m=0, auto_sizes=(0, 1, 2, 6), auto_costs=CHEAP)
-    run = fresh_jit_decode()
+    run = fresh_jit_decode(SAMPLING_XLA)
     out = run(params, jnp.tile(prompt, (runs, 1)), jnp.full((runs,), 3), jax.random.key(7),
               config=cfg)
     assert first_tokens_chi_square_p(out.tokens, exact, tcfg.vocab_size) > 1e-3
