@@ -16,7 +16,7 @@ from dominotree_jax.decoding.config import METHODS
 from dominotree_jax.domino_head import DominoHeadWeights, domino_chain
 from dominotree_jax.tree import build_tree
 from dominotree_jax.tree.reference import build_tree_numpy
-from decode_helpers import FAST_XLA
+from decode_helpers import FAST_XLA, SAMPLING_XLA, fresh_jit_decode
 from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
 from test_tree_builder import CONFIGS, FAMILIES, assert_same_tree, check_invariants, make_case
 
@@ -99,12 +99,13 @@ def test_greedy_is_token_identical_to_ar():
     # An oracle drafter reaches the maximal τ; a wrong one gets 1.
     seq = np.concatenate([np.asarray(prompt), np.asarray(ref.tokens[0])])
     cfg = _cfg(tcfg, dcfg, "condstatic", max_new_tokens=30, budget=8, node_topk=2)
+    # a fresh jit per drafter (each patches Drafter.draft): traces are never shared
     with scripted_drafter(seq):
-        out = decode(params, prompt, config=cfg)
+        out = fresh_jit_decode()(params, prompt[None], None, config=cfg)
     taus = np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])])
     assert (taus[:-1] == cfg.max_depth + 1).all()
     with scripted_drafter(seq, wrong=True):
-        out = decode(params, prompt, config=cfg)
+        out = fresh_jit_decode()(params, prompt[None], None, config=cfg)
     np.testing.assert_array_equal(out.tokens[0], ref.tokens[0, :30])
     assert (np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])]) == 1).all()
 
@@ -114,7 +115,8 @@ def test_sampling_matches_the_target_distribution():
     tcfg, dcfg, params, prompt, exact = sampling_case()
     cfg = _cfg(tcfg, dcfg, "condstatic", max_new_tokens=3, temperature=1.0, budget=6,
                node_topk=2, top_m=0)
-    out = jdecode(params, jnp.tile(prompt, (runs, 1)), config=cfg, key=jax.random.key(7))
+    out = jax.jit(decode, static_argnames="config", compiler_options=SAMPLING_XLA)(
+        params, jnp.tile(prompt, (runs, 1)), config=cfg, key=jax.random.key(7))
     toks = np.asarray(out.tokens)
     assert (toks >= 0).all()
     p = first_tokens_chi_square_p(toks, exact, tcfg.vocab_size)
