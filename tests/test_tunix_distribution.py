@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import dominotree_jax as dj
-from decode_helpers import FAST_XLA
+from decode_helpers import SAMPLING_XLA
 from dominotree_jax.api import _plain_forward
 from dominotree_jax.decoding.costs import CostTable
 from dominotree_jax.rollout import DominoTreeRollout, RolloutConfig
@@ -90,7 +90,7 @@ def test_generate_samples_the_filtered_target_distribution(setup, budget):
     opts = dict(auto_sizes=(0, 1, 2, 6), auto_costs=CHEAP) if budget == "auto" else {}
     eng = DominoTreeRollout(rollout_actor=dj.Target(tcfg, params["target"]),
                             drafter_config=dcfg, drafter_params=params["drafter"],
-                            budget=budget, node_topk=2, top_m=0, compiler_options=FAST_XLA,
+                            budget=budget, node_topk=2, top_m=0, compiler_options=SAMPLING_XLA,
                             **opts)
     rc = RolloutConfig(max_tokens_to_generate=3, temperature=TEMPERATURE, top_p=TOP_P,
                        top_k=TOP_K, max_prompt_length=8, eos_tokens=None, seed=11)
