@@ -18,6 +18,9 @@ from shape_check import check_shapes
 from spec_fixtures import tiny_pair
 
 B, T, Y = 2, 5, 6
+# one jitted decode for the module: the loop-state test's decode reuses the program the output
+# test compiled for the same config
+jdecode = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
 CHEAP = CostTable(verify=((1, 1.0), (17, 1.2)), draft=(("dominotree", 0.05),), source="test")
 
 
@@ -44,8 +47,7 @@ def test_decode_output_and_one_round_follow_the_legend(pair, name):
     tcfg, dcfg, params = pair
     config = _configs(tcfg, dcfg)[name]
     prompt_BT, lengths_B = _prompt(tcfg.vocab_size), jnp.asarray([T, T - 2], jnp.int32)
-    out = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)(
-        params, prompt_BT, config=config, prompt_lengths=lengths_B)
+    out = jdecode(params, prompt_BT, config=config, prompt_lengths=lengths_B)
     check_shapes(out, B=B, Y=Y, **({"W": T + Y} if config.return_features else {}))
     assert (out.features is not None) == config.return_features
     assert (out.auto_state is not None) == config.is_auto
@@ -115,7 +117,7 @@ def test_the_loop_state_before_and_after_a_round_follows_the_legend(pair, name):
     assert (after.auto is not None) == config.is_auto
     assert int(after.rounds_B.min()) == 1 and (np.asarray(after.n_B) > 1).all()
     # the round built from round.py is decode's first round: same tokens so far (T = 0)
-    out = decode(params, _prompt(tcfg.vocab_size), config=config, prompt_lengths=lengths_B)
+    out = jdecode(params, _prompt(tcfg.vocab_size), config=config, prompt_lengths=lengths_B)
     for b in range(B):
         n = min(int(after.n_B[b]), Y)
         np.testing.assert_array_equal(np.asarray(after.out_BO[b, :n]),
@@ -125,7 +127,7 @@ def test_the_loop_state_before_and_after_a_round_follows_the_legend(pair, name):
 
 def test_the_shape_check_can_fail(pair):
     tcfg, dcfg, params = pair
-    out = decode(params, _prompt(tcfg.vocab_size), config=_configs(tcfg, dcfg)["ar"])
+    out = jdecode(params, _prompt(tcfg.vocab_size), config=_configs(tcfg, dcfg)["ar"])
     check_shapes(out, B=B, Y=Y)
     with pytest.raises(AssertionError, match="num_tokens"):
         check_shapes(out._replace(num_tokens=out.num_tokens[:1]), B=B)
