@@ -4,10 +4,11 @@ equals that prompt decoded alone with those ids as ``DecodeConfig.stop_ids``."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
-from decode_helpers import fresh_jit_decode
+from decode_helpers import FAST_XLA, fresh_jit_decode
 from dominotree_jax import DecodeConfig, decode
 from spec_fixtures import IntTokenizer, tiny_pair
 
@@ -16,6 +17,10 @@ PROMPT_BT = np.array([[3, 17, 5, 9, 33], [40, 1, 0, 0, 0], [7, 7, 21, 0, 0], [5,
 LENGTHS_B = np.array([5, 2, 3, 5], np.int32)
 MAX_NEW = 16
 jdecode = fresh_jit_decode()
+# the batch with per-row stop ids, jitted as the rows alone are (not eager loops)
+jdecode_rows = jax.jit(lambda params, prompt_BT, lengths_B, stops_Be, *, config: decode(
+    params, prompt_BT, config=config, prompt_lengths=lengths_B, row_stop_ids=stops_Be),
+    static_argnames="config", compiler_options=FAST_XLA)
 
 
 def _config(tcfg, dcfg, method, stop_ids=()):
@@ -44,8 +49,8 @@ def setup():
 def test_row_stop_ids_equal_each_row_alone(setup, method):
     tcfg, dcfg, params, stops_Be = setup
     shared = (11,)    # a config stop id on top of the rows' own
-    batch = decode(params, PROMPT_BT, config=_config(tcfg, dcfg, method, shared),
-                   prompt_lengths=LENGTHS_B, row_stop_ids=stops_Be)
+    batch = jdecode_rows(params, PROMPT_BT, LENGTHS_B, stops_Be,
+                         config=_config(tcfg, dcfg, method, shared))
     lengths = set()
     for b in range(len(PROMPT_BT)):
         own = tuple(int(s) for s in stops_Be[b] if s >= 0) + shared
@@ -82,7 +87,8 @@ def test_engine_stop_tokens_per_prompt(setup):
     engine = DominoTreeRollout(rollout_actor=TunixCausalLM.from_params(tcfg, params["target"],
                                                                        0),
                                tokenizer=IntTokenizer(), drafter_config=dcfg,
-                               drafter_params=params["drafter"], budget=6, node_topk=3)
+                               drafter_params=params["drafter"], budget=6, node_topk=3,
+                               compiler_options=FAST_XLA)
     prompts = [" ".join(str(t) for t in p[:n]) for p, n in zip(PROMPT_BT, LENGTHS_B)]
     rc = base_rollout.RolloutConfig(max_tokens_to_generate=MAX_NEW, max_prompt_length=8,
                                     temperature=0.0, top_p=None, return_logprobs=True)
