@@ -64,7 +64,8 @@ def test_features_off_by_default(pair):
     tcfg, dcfg, params = pair
     cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", max_new_tokens=4,
                        budget=4, node_topk=2, top_m=8)
-    out = decode(params, jnp.asarray([[3, 4, 5]], jnp.int32), config=cfg)
+    out = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)(
+        params, jnp.asarray([[3, 4, 5]], jnp.int32), config=cfg)
     assert out.features is None
     with pytest.raises(ValueError, match="return_features"):
         cfg.replace(method="ar", return_features=True)
