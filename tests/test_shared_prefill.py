@@ -96,7 +96,7 @@ def test_engine_shares_the_prefill_of_repeated_prompts(pair, prefill_rows):
         return DominoTreeRollout(
             rollout_actor=TunixCausalLM.from_params(tcfg, params["target"], 0),
             tokenizer=IntTokenizer(), drafter_config=dcfg, drafter_params=params["drafter"],
-            budget=6, node_topk=3, share_prefill=share)
+            budget=6, node_topk=3, share_prefill=share, compiler_options=FAST_XLA)
 
     rc = base_rollout.RolloutConfig(max_tokens_to_generate=10, max_prompt_length=8,
                                     temperature=0.9, top_p=None, seed=4, return_logprobs=True)
