@@ -29,6 +29,7 @@ from tunix.rl.rollout import base_rollout  # noqa: E402
 from dominotree_jax import DecodeConfig, decode  # noqa: E402
 from dominotree_jax.rollout import DominoTreeRollout, TunixCausalLM  # noqa: E402
 from dominotree_jax.sharding import DATA, make_mesh  # noqa: E402
+from decode_helpers import FAST_XLA  # noqa: E402
 from spec_fixtures import IntTokenizer, tiny_pair  # noqa: E402
 
 PROMPT_BT = np.array([[3, 17, 5, 9, 33], [40, 1, 0, 0, 0], [7, 7, 21, 0, 0], [5, 60, 2, 8, 1]],
@@ -43,7 +44,7 @@ def main(process_id: int, port: int) -> int:
     tcfg, dcfg, params = tiny_pair()
     cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", max_new_tokens=12,
                        budget=6, node_topk=3, top_m=16, return_logprobs=True)
-    run = jax.jit(decode, static_argnames="config")
+    run = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
     # the single-process reference: this process's first device, the whole batch
     local = jax.local_devices()[0]
     ref = run(jax.device_put(params, local), jax.device_put(PROMPT_BT, local), config=cfg,
@@ -84,7 +85,7 @@ def check_engine(process_id: int, tcfg, dcfg, local_params, global_params):
         return DominoTreeRollout(
             rollout_actor=TunixCausalLM.from_params(tcfg, params["target"], 0),
             tokenizer=IntTokenizer(), drafter_config=dcfg, drafter_params=params["drafter"],
-            budget=6, node_topk=3)
+            budget=6, node_topk=3, compiler_options=FAST_XLA)
 
     single, multi = engine(local_params), engine(global_params)
     ref = single.generate(PROMPTS, rc)

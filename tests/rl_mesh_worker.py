@@ -27,6 +27,7 @@ from tunix.rl.rollout import base_rollout
 
 from dominotree_jax.rollout import DominoTreeRollout, TunixCausalLM
 from dominotree_jax.sharding import DATA, make_mesh, shard_params
+from decode_helpers import FAST_XLA
 from sharding_worker import wide_pair
 from spec_fixtures import IntTokenizer
 
@@ -42,7 +43,8 @@ def leaves(model) -> list:
 def check_rollouts(tcfg, dcfg, params, sharded, method: str, temperatures=(0.0, 0.9)):
     """Greedy and sampled rollouts on the sharded parameters (the batch on ``"data"``) equal
     a single-device engine's, tokens and log-probs."""
-    kw = dict(drafter_config=dcfg, method=method, budget=6, node_topk=3)
+    kw = dict(drafter_config=dcfg, method=method, budget=6, node_topk=3,
+              compiler_options=FAST_XLA)
     one = DominoTreeRollout(rollout_actor=TunixCausalLM.from_params(tcfg, params["target"],
                                                                     PAD),
                             tokenizer=IntTokenizer(), drafter_params=params["drafter"], **kw)
@@ -73,7 +75,8 @@ def main():
     # the tree method (its builder's top-k: dominotree_jax/fence.py) and a chain
     check_rollouts(tcfg, dcfg, params, sharded, "dominotree")
     check_rollouts(tcfg, dcfg, params, sharded, "dflash", temperatures=(0.0,))
-    engine_kw = dict(drafter_config=dcfg, method="dominotree", budget=6, node_topk=3)
+    engine_kw = dict(drafter_config=dcfg, method="dominotree", budget=6, node_topk=3,
+                     compiler_options=FAST_XLA)
 
     policy = TunixCausalLM.from_params(tcfg, sharded["target"], PAD)
     reference = TunixCausalLM.from_params(
