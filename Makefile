@@ -29,12 +29,14 @@ demo: $(STAMP)
 # One pytest process per test file: compiled programs and loaded models do not pile up in one
 # process over the whole suite (a single ~420-test process once aborted inside an XLA compile).
 # Two files run at a time (an XLA compile uses one core; the machine has two), the longest first
-# (LONG_TESTS, by their last measured time);
+# (LONG_TESTS, by their last measured time: AMD EPYC, cold compilation cache); every process
+# shares one persistent XLA compilation cache (tests/conftest.py: .pytest_cache/jax, which
+# `make clean` removes);
 # --output-sync prints each file's report whole.
-LONG_TESTS := tests/test_auto_budget.py tests/test_spec_decode.py tests/test_precision.py tests/test_train_recipe.py \
-	tests/test_rl_example.py tests/test_rl_multidevice.py tests/test_gpu_suite.py tests/test_tunix_engine.py \
-	tests/test_quickstart.py tests/test_tunix_logprobs.py tests/test_train.py tests/test_carried_shapes.py \
-	tests/test_condstatic.py tests/test_smollm2.py
+LONG_TESTS := tests/test_precision.py tests/test_auto_budget.py tests/test_spec_decode.py tests/test_train_recipe.py \
+	tests/test_quickstart.py tests/test_rl_multidevice.py tests/test_gpu_suite.py tests/test_tunix_logprobs.py \
+	tests/test_rl_example.py tests/test_tunix_engine.py tests/test_smollm2.py tests/test_train.py \
+	tests/test_attention.py tests/test_carried_shapes.py
 TEST_FILES := $(LONG_TESTS) $(filter-out $(LONG_TESTS),$(sort $(wildcard tests/test_*.py)))
 TEST_JOBS ?= 2
 
