@@ -110,9 +110,11 @@ class CompiledDecoders:
     on SmolLM2 here), so each new program runs once untimed on the prompt that first needs it.
     """
 
-    def __init__(self, params):
+    def __init__(self, params, *, compiler_options=None):
         self.params = params
-        self._jit = jax.jit(decode, static_argnames="config")
+        # compiler_options: XLA options for every program (None: XLA's defaults, what the
+        # benchmark times; the tests pass cheaper-to-compile ones)
+        self._jit = jax.jit(decode, static_argnames="config", compiler_options=compiler_options)
         self._cache: dict[tuple[Any, int], Any] = {}
         # budget="auto": the policy state is carried from call to call of a config (what a
         # server or an RL loop does: the first prompt starts optimistic, the next ones from

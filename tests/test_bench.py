@@ -35,18 +35,13 @@ def tiny_pair():
 def test_end_to_end_writes_outputs_and_passes_identity(tiny_pair, tmp_path, monkeypatch):
     # the driver's programs compiled as the other tiny-model tests compile theirs (FAST_XLA:
     # the same HLO, LLVM's expensive passes off); everything else is the benchmark's own
-    import jax
+    import functools
 
     from benchmarks import methods_run
     from decode_helpers import FAST_XLA
-    init = methods_run.CompiledDecoders.__init__
 
-    def fast_init(self, params):
-        init(self, params)
-        self._jit = jax.jit(methods_run.decode, static_argnames="config",
-                            compiler_options=FAST_XLA)
-
-    monkeypatch.setattr(methods_run.CompiledDecoders, "__init__", fast_init)
+    monkeypatch.setattr(methods_run, "CompiledDecoders", functools.partial(
+        methods_run.CompiledDecoders, compiler_options=FAST_XLA))
     rng = np.random.default_rng(0)
     prompts = {"tiny": [rng.integers(1, 127, 5).tolist(), rng.integers(1, 127, 11).tolist()]}
     settings = BenchSettings(methods=("ar", "dominotree"), temperatures=(0.0, 1.0),
