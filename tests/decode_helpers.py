@@ -22,6 +22,11 @@ FAST_XLA = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_pas
 SAMPLING_XLA = dict(FAST_XLA, xla_disable_hlo_passes="constant_folding")
 
 
+def jit_decode(compiler_options=FAST_XLA):
+    """``decode`` jitted with ``config`` static, compiled with ``compiler_options``."""
+    return jax.jit(decode, static_argnames="config", compiler_options=compiler_options)
+
+
 def fresh_jit_decode(compiler_options=FAST_XLA):
     """``run(params, prompt_BT, lengths_B, key=None, *, config)``: ``decode`` jitted with a
     compilation cache of its own (a new function object per call), so traces made while a test

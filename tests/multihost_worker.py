@@ -26,10 +26,10 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from tunix.rl.rollout import base_rollout  # noqa: E402
 
-from dominotree_jax import DecodeConfig, decode  # noqa: E402
+from dominotree_jax import DecodeConfig  # noqa: E402
 from dominotree_jax.rollout import DominoTreeRollout, TunixCausalLM  # noqa: E402
 from dominotree_jax.sharding import DATA, make_mesh  # noqa: E402
-from decode_helpers import FAST_XLA  # noqa: E402
+from decode_helpers import FAST_XLA, jit_decode  # noqa: E402
 from spec_fixtures import IntTokenizer, tiny_pair  # noqa: E402
 
 PROMPT_BT = np.array([[3, 17, 5, 9, 33], [40, 1, 0, 0, 0], [7, 7, 21, 0, 0], [5, 60, 2, 8, 1]],
@@ -44,7 +44,7 @@ def main(process_id: int, port: int) -> int:
     tcfg, dcfg, params = tiny_pair()
     cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", max_new_tokens=12,
                        budget=6, node_topk=3, top_m=16, return_logprobs=True)
-    run = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
+    run = jit_decode()
     # the single-process reference: this process's first device, the whole batch
     local = jax.local_devices()[0]
     ref = run(jax.device_put(params, local), jax.device_put(PROMPT_BT, local), config=cfg,

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from decode_helpers import FAST_XLA
-from dominotree_jax import DecodeConfig, decode
+from decode_helpers import FAST_XLA, jit_decode
+from dominotree_jax import DecodeConfig
 from dominotree_jax.decoding import round as rnd
 from dominotree_jax.decoding.auto_size import AutoPolicy
 from dominotree_jax.decoding.costs import CostTable
@@ -20,7 +20,7 @@ from spec_fixtures import tiny_pair
 B, T, Y = 2, 5, 6
 # one jitted decode for the module: the loop-state test's decode reuses the program the output
 # test compiled for the same config
-jdecode = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
+jdecode = jit_decode()
 CHEAP = CostTable(verify=((1, 1.0), (17, 1.2)), draft=(("dominotree", 0.05),), source="test")
 
 

@@ -11,16 +11,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dominotree_jax import DecodeConfig, decode
+from dominotree_jax import DecodeConfig
 from dominotree_jax.decoding.config import METHODS
 from dominotree_jax.domino_head import DominoHeadWeights, domino_chain
 from dominotree_jax.tree import build_tree
 from dominotree_jax.tree.reference import build_tree_numpy
-from decode_helpers import FAST_XLA, SAMPLING_XLA, fresh_jit_decode
+from decode_helpers import SAMPLING_XLA, fresh_jit_decode, jit_decode
 from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
 from test_tree_builder import CONFIGS, FAMILIES, assert_same_tree, check_invariants, make_case
 
-jdecode = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
+jdecode = jit_decode()
 CS_CONFIGS = {name.replace("dt_", "cs_"): cfg._replace(method="condstatic")
               for name, cfg in CONFIGS.items() if cfg.method == "dominotree"}
 
@@ -115,7 +115,7 @@ def test_sampling_matches_the_target_distribution():
     tcfg, dcfg, params, prompt, exact = sampling_case()
     cfg = _cfg(tcfg, dcfg, "condstatic", max_new_tokens=3, temperature=1.0, budget=6,
                node_topk=2, top_m=0)
-    out = jax.jit(decode, static_argnames="config", compiler_options=SAMPLING_XLA)(
+    out = jit_decode(SAMPLING_XLA)(
         params, jnp.tile(prompt, (runs, 1)), config=cfg, key=jax.random.key(7))
     toks = np.asarray(out.tokens)
     assert (toks >= 0).all()

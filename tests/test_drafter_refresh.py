@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from decode_helpers import FAST_XLA
-from dominotree_jax import DecodeConfig, decode
+from decode_helpers import FAST_XLA, jit_decode
+from dominotree_jax import DecodeConfig
 from dominotree_jax.decoding.draft import tap_layers_for
 from dominotree_jax.model.target import TargetModel, bind_target
 from dominotree_jax.rollout import DominoTreeRollout, RolloutConfig, masked_forward
@@ -64,7 +64,7 @@ def test_features_off_by_default(pair):
     tcfg, dcfg, params = pair
     cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", max_new_tokens=4,
                        budget=4, node_topk=2, top_m=8)
-    out = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)(
+    out = jit_decode()(
         params, jnp.asarray([[3, 4, 5]], jnp.int32), config=cfg)
     assert out.features is None
     with pytest.raises(ValueError, match="return_features"):

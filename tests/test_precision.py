@@ -22,7 +22,7 @@ from dominotree_jax.precision import (PrecisionError, check_pair, float32_view,
                                       bind_view_if_needed, params_precision,
                                       precision_name, product, uses_float32_view)
 
-from decode_helpers import FAST_XLA, SAMPLING_XLA
+from decode_helpers import SAMPLING_XLA, jit_decode
 from spec_fixtures import first_tokens_chi_square_p, tiny_pair
 
 BF16, F32 = jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)
@@ -30,8 +30,8 @@ METHODS = ("dflash", "domino", "ddtree", "dominotree")
 jdecode = jax.jit(decode, static_argnames="config")
 # the tiny pairs' programs: LLVM's expensive passes off (the same HLO, so the same numbers;
 # half the compile time)
-fast_decode = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
-sampling_decode = jax.jit(decode, static_argnames="config", compiler_options=SAMPLING_XLA)
+fast_decode = jit_decode()
+sampling_decode = jit_decode(SAMPLING_XLA)
 # primitives that only move, select or convert data: allowed to see bf16 operands
 MOVES = {"reshape", "transpose", "broadcast_in_dim", "concatenate", "slice", "dynamic_slice",
          "dynamic_update_slice", "gather", "scatter", "select_n", "squeeze", "expand_dims",

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from dominotree_jax import DecodeConfig, decode
-from decode_helpers import FAST_XLA, SAMPLING_XLA, fresh_jit_decode
+from decode_helpers import FAST_XLA, SAMPLING_XLA, fresh_jit_decode, jit_decode
 from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
 
 METHODS = ("dflash", "domino", "ddtree", "dominotree")
-jdecode = jax.jit(decode, static_argnames="config", compiler_options=FAST_XLA)
-sampling_decode = jax.jit(decode, static_argnames="config", compiler_options=SAMPLING_XLA)
+jdecode = jit_decode()
+sampling_decode = jit_decode(SAMPLING_XLA)
 
 
 def _cfg(tcfg, dcfg, method, **kw):
