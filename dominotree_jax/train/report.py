@@ -5,6 +5,9 @@
 curves (``heldout_curve.jsonl``: chain τ and cross-entropy against training labels seen) of
 several runs in one figure, labelled by run directory name. ``RUN_DIR@N`` shifts a run's curve by
 ``N`` labels: a warm-started run continues the curve of the run it started from.
+``python -m dominotree_jax.train.report --depths PNG RUN_DIR``: one run's held-out accuracy per
+draft depth, base head (the DFlash distribution) and corrected head side by side, against
+training labels seen: how a curriculum moves the two heads.
 """
 
 from __future__ import annotations
@@ -65,6 +68,51 @@ def plot(run_dir: str, png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
+def _heldout_points(run_dir: str) -> list[dict]:
+    path = os.path.join(run_dir, "heldout_curve.jsonl")
+    with open(path) as f:
+        pts = [json.loads(line) for line in f if line.strip()]
+    if not pts:
+        raise ValueError(f"{path}: no held-out evaluations yet (train with --eval-every N)")
+    return pts
+
+
+def per_depth_series(pts: list[dict], head: str) -> np.ndarray:
+    """``[evaluations, depths]`` accuracies of ``head`` ('base' or 'corr') from curve points."""
+    key = f"{head}_acc_d"
+    missing = [p.get("step") for p in pts if key not in p]
+    if missing:
+        raise ValueError(f"held-out points at steps {missing} have no {key!r} (older curve "
+                         "format): per-depth plots need curves written by this trainer")
+    widths = {len(p[key]) for p in pts}
+    if len(widths) != 1:
+        raise ValueError(f"{key!r} has {sorted(widths)} depths across evaluations: one run "
+                         "has one block size")
+    return np.array([p[key] for p in pts], float)
+
+
+def plot_depths(run_dir: str, png: str) -> None:
+    plt = _pyplot()
+    pts = _heldout_points(run_dir)
+    labels = np.array([p["labels_seen"] for p in pts], float) / 1e3
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, head, title in ((axes[0], "base", "base head (DFlash backbone)"),
+                            (axes[1], "corr", "corrected head (Domino)")):
+        acc_ED = per_depth_series(pts, head)
+        colors = plt.cm.viridis(np.linspace(0, 0.9, acc_ED.shape[1]))
+        for d in range(acc_ED.shape[1]):
+            ax.plot(labels, acc_ED[:, d], "o-", ms=3, color=colors[d], label=f"depth {d}")
+        ax.set_title(title)
+        ax.set_xlabel("training labels seen (thousands)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out top-1 accuracy (teacher-forced)")
+    axes[1].legend(fontsize=8, ncol=2)
+    name = os.path.basename(os.path.normpath(run_dir))
+    fig.suptitle(f"{name}: held-out accuracy per draft depth")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 def _run_and_offset(spec: str) -> tuple[str, int]:
     """``"runs/x@477000"`` -> ``("runs/x", 477000)``; a plain directory has offset 0."""
     run, sep, offset = spec.rpartition("@")
@@ -80,8 +128,7 @@ def plot_heldout(run_dirs: list[str], png: str) -> None:
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for spec in run_dirs:
         run, offset = _run_and_offset(spec)
-        with open(os.path.join(run, "heldout_curve.jsonl")) as f:
-            pts = [json.loads(line) for line in f if line.strip()]
+        pts = _heldout_points(run)
         labels = [(offset + p["labels_seen"]) / 1e3 for p in pts]
         name = os.path.basename(os.path.normpath(run))
         if offset:
@@ -102,5 +149,7 @@ def plot_heldout(run_dirs: list[str], png: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--heldout":
         plot_heldout(sys.argv[3:], sys.argv[2])
+    elif sys.argv[1] == "--depths":
+        plot_depths(sys.argv[3], sys.argv[2])
     else:
         plot(sys.argv[1], sys.argv[2])
