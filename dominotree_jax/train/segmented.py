@@ -56,6 +56,9 @@ class SegmentedAnswerer:
     """A pool of in-flight answer rows at one temperature, writing completed rows to ``store``
     as ``answers`` shards of ``batch`` rows (module docstring)."""
 
+    GENERATOR = "dominotree_jax.decode(method='ar'), segmented"   # the manifest's generator
+    KIND = "segmented"                                             # the log's word for it
+
     def __init__(self, target, store: ShardStore, *, batch: int, max_new: int, segment: int,
                  seed: int, temperature: float = 0.0, store_topk: int = 0,
                  extra_info: dict | None = None, log: Callable[[str], None] = print):
@@ -136,22 +139,27 @@ class SegmentedAnswerer:
         rows = [(r.prompt + r.answer, len(r.prompt), r.source) for r in rows_in]
         longest = max(len(t) for t, _, _ in rows)
         info = answer_shard_info(
-            self.target, generator="dominotree_jax.decode(method='ar'), segmented",
+            self.target, generator=self.GENERATOR,
             temperature=self.temperature, max_new=self.max_new, batch=self.batch,
             prompt_width=bucket(max(p for _, p, _ in rows), SEGMENT_BUCKETS), seed=self.seed,
             seconds=self._seconds,
             capped_rows=sum(len(r.answer) >= self.max_new for r in rows_in),
-            extra_info=self.extra_info, segment=self.segment, decode_calls=self._calls_since)
+            extra_info=self.extra_info, segment=self.segment, decode_calls=self._calls_since,
+            **self.shard_details(rows_in))
         topk = (answer_topk(self.target, rows, self.store_topk,
                             bucket(longest, SEGMENT_BUCKETS)) if self.store_topk else None)
         e = self.store.append("answers", rows, info, topk=topk)
         for r in rows_in:
             self.busy.discard(r.key)
         dt, self._seconds, self._calls_since = self._seconds, 0.0, 0
-        self.log(f"{e['file']}: {e['rows']} prompts (segmented, {info['decode_calls']} calls of "
+        self.log(f"{e['file']}: {e['rows']} prompts ({self.KIND}, {info['decode_calls']} calls of "
                  f"<= {self.segment} tokens), {e['answer_tokens']} answer tokens in {dt:.0f}s "
                  f"({e['answer_tokens'] / max(dt, 1e-9):.0f} tok/s)")
         return e
+
+    def shard_details(self, rows_in: list[_Row]) -> dict:
+        """More manifest fields for a shard of ``rows_in`` (a subclass's own)."""
+        return {}
 
     def fill_shard(self, items: list[tuple[list[int], str]], *, deadline: float | None = None,
                    exclude=frozenset(), limit: int | None = None) -> dict | None:
@@ -188,14 +196,17 @@ def generate_answers_segmented(target, store: ShardStore, todo: list[tuple[list[
                                deadline: float | None = None, max_batches: int | None = None,
                                temperature: float = 0.0, store_topk: int = 0,
                                extra_info: dict | None = None,
-                               log: Callable[[str], None] = print) -> dict:
+                               log: Callable[[str], None] = print,
+                               answerer: Callable[..., SegmentedAnswerer] | None = None) -> dict:
     """``generate.generate_answers`` with ``segment > 0`` (``todo``: not-yet-answered,
     de-duplicated prompts). ``max_batches`` admits at most ``max_batches * batch`` prompts, so
     exactly that many shards are written when enough prompts remain. Returns the counts of
-    this call, plus ``calls`` and ``full_calls`` (decode calls that ran ``batch`` rows)."""
-    gen = SegmentedAnswerer(target, store, batch=batch, max_new=max_new, segment=segment,
-                            seed=seed, temperature=temperature, store_topk=store_topk,
-                            extra_info=extra_info, log=log)
+    this call, plus ``calls`` and ``full_calls`` (decode calls that ran ``batch`` rows).
+    ``answerer``: the pool's class or factory (default ``SegmentedAnswerer``; e.g. a
+    ``slots.SlotAnswerer`` with its ``max_prompt`` bound)."""
+    gen = (answerer or SegmentedAnswerer)(
+        target, store, batch=batch, max_new=max_new, segment=segment, seed=seed,
+        temperature=temperature, store_topk=store_topk, extra_info=extra_info, log=log)
     limit = None if max_batches is None else max_batches * batch
     stats = {"batches": 0, "rows": 0, "answer_tokens": 0, "seconds": 0.0, "pending": len(todo)}
     entries = []

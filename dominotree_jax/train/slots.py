@@ -1,0 +1,255 @@
+"""Slot-refill answer generation: the refilling pool of ``segmented.py`` with the KV cache kept.
+
+``segmented.SegmentedAnswerer`` refills a batch with fresh prompts between calls of ``decode``,
+but every call starts from an empty cache: a continuing row re-prefills its prompt plus its
+answer so far, and every new prefix width compiles a program. On a CPU that costs more than the
+finished rows it saves (docs/training.md, ``--segment``).
+
+Here the batch is a fixed set of ``B`` *slots*, each a row of one persistent KV cache of ``S``
+positions (``S`` = the longest prompt allowed + the answer cap). Two jitted programs run on it:
+
+- ``insert_rows``: prefill a few new prompts (one ``target.prefill`` of their rows) and
+  copy their cache rows into free slots; their first answer token comes from the prefill's
+  last logits, as in ``decode``. Only the new prompts go through the target.
+- ``step_slots``: ``steps`` one-token target forwards for every slot at its own position
+  (``forward_cached`` with per-row write slots), greedy or sampled as ``decode`` samples.
+
+``SlotAnswerer`` is a ``SegmentedAnswerer`` whose ``call`` inserts the pool's new rows into free
+slots, runs ``segment`` steps, and harvests rows that stopped or reached the cap (their slots
+are free for the next call). Admission, shards of completed rows, resumability, the deadline
+and ``finish`` are the parent's, so a killed run loses only its in-flight rows.
+
+Loop stop (``loop_window = W > 0``): a row also finishes when some window of ``W`` answer tokens
+has occurred ``loop_repeats`` times (``loop_end``). SmolLM2-135M falls into verbatim repetition
+in most answers that reach a 512-token cap; the row then keeps the loop's onset (the window
+twice before, so a drafter still learns to continue it) and stops paying for the rest.
+
+Same answers: greedy rows take the argmax of the same target forward, one token at a time,
+so they equal ``decode(method="ar")``'s up to float summation order (tests compare them on a
+tiny target). A row's tokens past its stop id inside a call are dropped on the host.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dominotree_jax.model.cache import KVCache
+from dominotree_jax.model.target import bind_target, prefill
+from dominotree_jax.sampling import sample_tokens
+from dominotree_jax.train.generate import bucket
+from dominotree_jax.train.segmented import SegmentedAnswerer
+from dominotree_jax.train.shards import ShardStore
+
+# New rows per ``insert_rows`` call: the smallest of these that holds the call's new rows (one
+# compiled program per (rows, prompt bucket); padding rows cost a prefill row each).
+INSERT_ROWS = (4, 16, 64)
+
+
+def loop_end(answer: list[int], window: int, repeats: int) -> int | None:
+    """The length of ``answer`` up to the end of the first ``window``-token window that occurs
+    for the ``repeats``-th time (None when none does)."""
+    seen: dict[tuple, int] = {}
+    for end in range(window, len(answer) + 1):
+        w = tuple(answer[end - window:end])
+        seen[w] = seen.get(w, 0) + 1
+        if seen[w] == repeats:
+            return end
+    return None
+
+
+class _LoopWatch:
+    """``loop_end`` incrementally: feed one row's answer tokens as they come."""
+
+    def __init__(self, window: int, repeats: int):
+        self.window, self.repeats = window, repeats
+        self.seen: dict[tuple, int] = {}
+
+    def looped(self, answer: list[int]) -> bool:
+        """Whether the window ending at ``answer``'s last token is the ``repeats``-th."""
+        if not self.window or len(answer) < self.window:
+            return False
+        w = tuple(answer[-self.window:])
+        self.seen[w] = self.seen.get(w, 0) + 1
+        return self.seen[w] >= self.repeats
+
+
+class SlotState(NamedTuple):
+    """The slots' carry: ``B`` rows of one cache of ``S`` positions."""
+    cache: KVCache     # [B, K, S, D] per layer
+    pos_B: jax.Array   # int32: positions in the cache = the slot of ``last_B``'s K/V
+    last_B: jax.Array  # int32: the row's newest token, not yet through the target
+
+
+def empty_slots(cfg, batch: int, slots: int, dtype) -> SlotState:
+    cache = KVCache.zeros(cfg.num_hidden_layers, batch, slots, cfg.num_key_value_heads,
+                          cfg.head_dim, dtype)
+    return SlotState(cache, jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), jnp.int32))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "temperature"), donate_argnames=("state",))
+def insert_rows(tparams, state: SlotState, prompt_BT, lengths_B, slot_B, key, *, cfg,
+                temperature: float):
+    """Prefill the right-padded new prompts ``prompt_BT`` (``lengths_B`` tokens each; this
+    call's own batch) into the slots ``slot_B`` (an index past the state's rows drops that
+    prompt: padding). Returns ``(state, first_B)``: the first answer token of each new prompt
+    (``decode``'s first token: the prefill's last logits)."""
+    target = bind_target(cfg, tparams)
+    S = state.cache.max_len
+    pre, last_logits_BV = prefill(target, prompt_BT, lengths_B, S)
+    first_B = sample_tokens(key, last_logits_BV, temperature)
+
+    def put(big, new):
+        return big.at[slot_B].set(new.astype(big.dtype), mode="drop")
+
+    cache = KVCache(tuple(map(put, state.cache.k, pre.cache.k)),
+                    tuple(map(put, state.cache.v, pre.cache.v)))
+    return SlotState(cache, put(state.pos_B, lengths_B), put(state.last_B, first_B)), first_B
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "steps", "temperature"),
+                   donate_argnames=("state",))
+def step_slots(tparams, state: SlotState, key, *, cfg, steps: int, temperature: float):
+    """``steps`` AR steps for every slot: returns ``(state, tokens_BY)``, ``Y = steps``. A slot
+    at the cache's last position keeps overwriting it (its row is past the cap: the host has
+    stopped reading it)."""
+    target = bind_target(cfg, tparams)
+    B, S = state.pos_B.shape[0], state.cache.max_len
+    block_mask_BTT = jnp.ones((B, 1, 1), bool)   # a row sees itself
+
+    def one(i, carry):
+        st, tokens_BY = carry
+        pos_B = jnp.minimum(st.pos_B, S - 1)
+        out = target.forward_cached(st.last_B[:, None], pos_B[:, None], st.cache, pos_B, pos_B,
+                                    block_mask_BTT)
+        nxt_B = sample_tokens(jax.random.fold_in(key, i), target.logits(out.hidden[:, 0]),
+                              temperature)
+        return (SlotState(out.cache, jnp.minimum(st.pos_B + 1, S - 1), nxt_B),
+                tokens_BY.at[:, i].set(nxt_B))
+
+    return jax.lax.fori_loop(0, steps, one, (state, jnp.zeros((B, steps), jnp.int32)))
+
+
+class SlotAnswerer(SegmentedAnswerer):
+    """A ``SegmentedAnswerer`` on persistent slots (module docstring): ``max_prompt`` is the
+    longest prompt it admits (``S = bucket(max_prompt) + max_new``); ``loop_window > 0``
+    stops rows at a ``loop_repeats``-fold repeated window (``loop_end``)."""
+
+    GENERATOR = "dominotree_jax.train.slots (AR on a slot-refilled KV cache)"
+    KIND = "slot refill"
+
+    def __init__(self, target, store: ShardStore, *, batch: int, max_new: int, segment: int,
+                 seed: int, max_prompt: int, temperature: float = 0.0, store_topk: int = 0,
+                 loop_window: int = 0, loop_repeats: int = 3, extra_info: dict | None = None,
+                 log: Callable[[str], None] = print):
+        super().__init__(target, store, batch=batch, max_new=max_new, segment=segment,
+                         seed=seed, temperature=temperature, store_topk=store_topk,
+                         extra_info=extra_info, log=log)
+        self.max_prompt = bucket(max_prompt)
+        self.slots_len = self.max_prompt + max_new
+        limit = target.config.max_position_embeddings
+        if self.slots_len > limit:
+            raise ValueError(f"prompt bucket {self.max_prompt} + max_new {max_new} exceeds the "
+                             f"target's {limit} positions")
+        if loop_window < 0 or (loop_window and loop_repeats < 2):
+            raise ValueError(f"loop stop needs window >= 1 and repeats >= 2 (or window 0: "
+                             f"off), got {loop_window}, {loop_repeats}")
+        self.loop_window, self.loop_repeats = loop_window, loop_repeats
+        self.watch: dict[bytes, _LoopWatch] = {}   # key of an in-flight row -> its watch
+        self.looped: set[bytes] = set()            # rows stopped by the loop rule
+        self.state: SlotState | None = None
+        self.slot_of: dict[bytes, int] = {}    # key of an in-flight row -> its slot
+
+    def admit(self, items, *, exclude=frozenset(), limit=None) -> int:
+        items = list(items)
+        too_long = [len(ids) for ids, _ in items if len(ids) > self.max_prompt]
+        if too_long:
+            raise ValueError(f"a prompt of {max(too_long)} tokens exceeds the slots' prompt "
+                             f"width {self.max_prompt} (max_prompt)")
+        return super().admit(items, exclude=exclude, limit=limit)
+
+    def _key(self, what: int):
+        return jax.random.fold_in(jax.random.key(self._key_base), self.calls * 2 + what)
+
+    def _insert(self, rows) -> None:
+        """Prefill ``rows`` (pool rows without a slot) into free slots, their first token into
+        each row's answer."""
+        free = sorted(set(range(self.batch)) - set(self.slot_of.values()))
+        for lo in range(0, len(rows), INSERT_ROWS[-1]):
+            part = rows[lo:lo + INSERT_ROWS[-1]]
+            rows = next(r for r in INSERT_ROWS if r >= len(part))
+            width = bucket(max(len(r.prompt) for r in part))
+            prompt = np.zeros((rows, width), np.int32)
+            lengths = np.ones((rows,), np.int32)
+            slot = np.full((rows,), self.batch, np.int32)   # out of range: dropped
+            for i, row in enumerate(part):
+                prompt[i, :len(row.prompt)] = row.prompt
+                lengths[i] = len(row.prompt)
+                slot[i] = free.pop(0)
+                self.slot_of[row.key] = int(slot[i])
+            self.state, first = insert_rows(
+                self.target.params, self.state, jnp.asarray(prompt), jnp.asarray(lengths),
+                jnp.asarray(slot), self._key(0), cfg=self.target.config,
+                temperature=self.temperature)
+            for row, tok in zip(part, np.asarray(jax.device_get(first))[:len(part)].tolist()):
+                self.watch[row.key] = _LoopWatch(self.loop_window, self.loop_repeats)
+                self._append(row, int(tok))
+
+    def call(self) -> None:
+        """Insert the pool's new rows, run ``segment`` steps for every slot, then harvest rows
+        that stopped or reached the cap."""
+        if not self.pool:
+            raise ValueError("no row in flight")
+        t0 = time.time()
+        if self.state is None:
+            self.state = empty_slots(self.target.config, self.batch, self.slots_len,
+                                     jax.tree.leaves(self.target.params)[0].dtype)
+        new = [r for r in self.pool if r.key not in self.slot_of]
+        fresh = len(new)
+        if new:
+            self._insert(new)
+        live = [r for r in self.pool if not self._finished(r)]
+        if live:
+            self.state, toks = step_slots(self.target.params, self.state, self._key(1),
+                                          cfg=self.target.config, steps=self.segment,
+                                          temperature=self.temperature)
+            toks = np.asarray(jax.device_get(toks))
+            for row in live:
+                for tok in toks[self.slot_of[row.key]].tolist():
+                    self._append(row, int(tok))
+                    if self._finished(row):
+                        break
+        self._seconds += time.time() - t0
+        self.calls += 1
+        self._calls_since += 1
+        self.full_calls += len(self.pool) == self.batch
+        self.call_log.append((len(self.pool), fresh))
+        keep = []
+        for row in self.pool:
+            if self._finished(row):
+                self.done.append(row)
+                del self.slot_of[row.key], self.watch[row.key]
+            else:
+                keep.append(row)
+        self.pool = keep
+
+    def _append(self, row, tok: int) -> None:
+        row.answer.append(tok)
+        if self.watch[row.key].looped(row.answer):
+            self.looped.add(row.key)
+
+    def _finished(self, row) -> bool:
+        a = row.answer
+        return (len(a) >= self.max_new or (bool(a) and a[-1] in self.stop)
+                or row.key in self.looped)
+
+    def shard_details(self, rows_in) -> dict:
+        out = {"loop_stop": [self.loop_window, self.loop_repeats] if self.loop_window else None,
+               "loop_stopped_rows": sum(r.key in self.looped for r in rows_in)}
+        self.looped.difference_update(r.key for r in rows_in)
+        return out
