@@ -136,17 +136,22 @@ def test_segmented_max_batches_and_sampling(tmp_path, eos_target):
         segmented.SegmentedAnswerer(eos_target, greedy, batch=4, max_new=9, segment=0, seed=0)
 
 
-def test_collect_segmented_resumes_with_sampling_and_topk(tmp_path, target):  # noqa: F811
+@pytest.mark.parametrize("mode", ["segment", "refill"])
+def test_collect_segmented_resumes_with_sampling_and_topk(tmp_path, target, mode):  # noqa: F811
+    """``collect --segment`` and ``collect --refill`` (``slots.SlotAnswerer``)."""
+    from dominotree_jax.train.slots import SlotAnswerer
     t = dj.Target(TCFG, target.params, _CharTokenizer())
     data = str(tmp_path / "data")
     kw = dict(seed=0, num_prompts=60, batch=4, max_new=8, deadline=None, request_every=0,
-              request_share=0.0, prompt_mix="v4", store_topk=3, segment=3)
+              request_share=0.0, prompt_mix="v4", store_topk=3, **{mode: 3})
     first = collect(t, data, max_batches=2, sample_share=0.5, **kw)
     man = json.load(open(os.path.join(data, "manifest.json")))
     # Two full shards (greedy, sampled), then each pool's rows in flight finished into one more.
     assert first["answer_batches"] == len(man["shards"]) >= 2
     assert [s["temperature"] for s in man["shards"][:2]] == [0.0, 0.7]
     assert all(s["segment"] == 3 and s["topk"] == 3 for s in man["shards"])
+    generator = (SlotAnswerer if mode == "refill" else segmented.SegmentedAnswerer).GENERATOR
+    assert all(s["generator"] == generator for s in man["shards"])
     store = ShardStore(data)
     for e in store.entries():
         assert store.read(e)["topk_ids"].shape == (e["answer_tokens"], 3)

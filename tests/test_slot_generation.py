@@ -1,6 +1,6 @@
 """Slot-refill answer generation (``train/slots.py``) on a tiny random target: the plain path's
-greedy answers, an exact cap, full refilled calls, reproducible sampling, clear errors, and
-``collect --refill``."""
+greedy answers, an exact cap, full refilled calls, reproducible sampling, the loop stop, clear
+errors (``collect --refill`` itself runs in ``test_segmented_generation.py``)."""
 
 from __future__ import annotations
 
@@ -105,22 +105,11 @@ def test_slot_errors_name_the_problem(tmp_path, target):  # noqa: F811
                            segment=2, seed=0, max_prompt=60)
 
 
-def test_collect_refill_resumes_with_sampling(tmp_path, target):  # noqa: F811
+def test_collect_refill_options_are_checked(tmp_path, target):  # noqa: F811
     t = dj.Target(TCFG, target.params, _CharTokenizer())
-    data = str(tmp_path / "data")
     kw = dict(seed=0, num_prompts=60, batch=4, max_new=8, deadline=None, request_every=0,
-              request_share=0.0, prompt_mix="v4", refill=3)
-    first = collect(t, data, max_batches=2, sample_share=0.5, **kw)
-    man = json.load(open(os.path.join(data, "manifest.json")))
-    assert first["answer_batches"] == len(man["shards"]) >= 2
-    assert [s["temperature"] for s in man["shards"][:2]] == [0.0, 0.7]
-    assert all(s["segment"] == 3 and s["generator"] == slots.SlotAnswerer.GENERATOR
-               for s in man["shards"])
-    collect(t, data, max_batches=1, **kw)
-    rows = list(ShardStore(data).rows())
-    keys = [tok[:p].tobytes() for tok, p, _ in rows]
-    assert len(keys) == len(set(keys)) and len(rows) > first["rows"]
+              request_share=0.0, prompt_mix="v4", max_batches=1)
     with pytest.raises(ValueError, match="--segment or --refill"):
-        collect(t, data, max_batches=1, **{**kw, "segment": 3})
+        collect(t, str(tmp_path / "a"), segment=3, refill=3, **kw)
     with pytest.raises(ValueError, match="--loop-stop needs --refill"):
-        collect(t, data, max_batches=1, **{**kw, "refill": 0, "loop_stop": 4})
+        collect(t, str(tmp_path / "b"), loop_stop=4, **kw)
