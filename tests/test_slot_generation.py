@@ -11,7 +11,7 @@ import os
 import pytest
 
 import dominotree_jax as dj
-from dominotree_jax.train import slots
+from dominotree_jax.train import loops, slots
 from dominotree_jax.train.collect import collect
 from dominotree_jax.train.generate import generate_answers
 from dominotree_jax.train.segmented import generate_answers_segmented
@@ -62,10 +62,10 @@ def test_slot_cap_is_exact_and_sampling_reproducible(tmp_path, target):  # noqa:
 
 
 def test_loop_end():
-    assert slots.loop_end([7, 1, 2, 1, 2, 1, 2, 9], window=2, repeats=3) == 7
-    assert slots.loop_end([7, 1, 2, 1, 2, 1, 2, 9], window=2, repeats=4) is None
-    assert slots.loop_end([5, 5, 5], window=1, repeats=3) == 3
-    assert slots.loop_end([1, 2, 3], window=4, repeats=2) is None
+    assert loops.loop_end([7, 1, 2, 1, 2, 1, 2, 9], window=2, repeats=3) == 7
+    assert loops.loop_end([7, 1, 2, 1, 2, 1, 2, 9], window=2, repeats=4) is None
+    assert loops.loop_end([5, 5, 5], window=1, repeats=3) == 3
+    assert loops.loop_end([1, 2, 3], window=4, repeats=2) is None
 
 
 def test_slot_loop_stop_keeps_the_onset_of_a_loop(tmp_path, target):  # noqa: F811
@@ -81,7 +81,7 @@ def test_slot_loop_stop_keeps_the_onset_of_a_loop(tmp_path, target):  # noqa: F8
     got = _answers(store)
     stopped = 0
     for k, answer in got.items():
-        end = slots.loop_end(ref[k], 2, 3)
+        end = loops.loop_end(ref[k], 2, 3)
         want = ref[k][:end] if end is not None else ref[k]   # cut right after the 3rd window
         assert answer == want
         stopped += end is not None

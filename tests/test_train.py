@@ -295,6 +295,30 @@ def test_dataset_from_a_later_shard(setup):
         D.SequenceDataset(store, feats, SEQ_LEN, first_shard=3)
 
 
+def test_dataset_trims_answers_at_their_loop(setup):
+    from dominotree_jax.train.loops import loop_end
+    _, _, ds, _, _ = setup
+    trimmed = D.SequenceDataset(ds.store, ds.features, SEQ_LEN, trim_loops=2)
+    assert len(trimmed) == len(ds)                        # a cut keeps >= 2 answer tokens
+    cut = 0
+    for j in range(len(trimmed)):
+        (t, L), (full, L0) = trimmed.row(j), ds.row(j)   # the same rows: each keeps >= 2 tokens
+        assert L == L0
+        end = loop_end(full[L:], 2)
+        assert t.tolist() == full[:L + (len(full) - L if end is None else end)].tolist()
+        cut += len(full) - len(t)
+        tok, f, h, L1, E1 = trimmed.get(j)
+        tok0, f0, h0, _, E0 = ds.get(j)
+        if E0 == len(full):                                 # not cropped: same first rows
+            assert E1 == len(t) and (tok[E1:] == -1).all()
+            np.testing.assert_array_equal(tok[:E1], tok0[:E1])
+            np.testing.assert_array_equal(f[:E1], f0[:E1])
+    assert cut == trimmed.trimmed_tokens > 0             # the tiny target's answers do loop
+    assert trimmed.num_tokens()[1] == ds.num_tokens()[1] - cut
+    with pytest.raises(ValueError, match="trim_loops must be >= 0"):
+        D.SequenceDataset(ds.store, ds.features, SEQ_LEN, trim_loops=-1)
+
+
 def test_best_drafter_exports_only_what_beats_the_reference_and_earlier_exports(setup, tmp_path):
     from dominotree_jax.train.best import BestDrafter, recorded_reference_tau
     a = _trainer(setup, "best_src", 2)

@@ -21,8 +21,8 @@ import os
 import sys
 import time
 
-RUN_FIELDS = ("data", "shard_from", "shards", "layers", "intermediate", "taps", "block_size",
-              "gru", "emb",
+RUN_FIELDS = ("data", "shard_from", "trim_loops", "shards", "layers", "intermediate", "taps",
+              "block_size", "gru", "emb",
               "mask_token_id", "steps", "batch", "anchors", "seq_len", "lr", "warmup", "gamma",
               "soft", "curriculum", "train_vocab", "heldout_pct", "warm_start", "grow_layers",
               "seed", "layer_init", "anchor_mode", "until_fail", "until_fail_floor", "soft_topk",
@@ -32,7 +32,7 @@ RUN_DEFAULTS = {"layer_init": "random", "anchor_mode": "sample", "until_fail": F
                 "until_fail_floor": 0.0, "soft_topk": 0.0, "lam_hold": 0.0, "lam_ramp": 0.5,
                 "lam_end": 0.0, "dtype": "float32"}
 # The same for data settings added after v3 (not TrainConfig fields).
-DATA_DEFAULTS = {"shard_from": 0}
+DATA_DEFAULTS = {"shard_from": 0, "trim_loops": 0}
 
 
 STAGES = ("features", "train", "export", "all")
@@ -72,6 +72,9 @@ def parse_args(argv=None):
                    help="train on the first N answer shards (default: all there are now)")
     p.add_argument("--shard-from", type=int, default=0,
                    help="skip the first N answer shards (e.g. the data a warm start saw)")
+    p.add_argument("--trim-loops", type=int, default=0, metavar="W",
+                   help="end each answer at its repetition loop (a W-token window seen 3 "
+                   "times; train/loops.py), for training and the held-out curve (0: keep)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch", type=int, default=8, help="sequences per step")
     p.add_argument("--anchors", type=int, default=12, help="anchors (blocks) per sequence")
@@ -195,7 +198,7 @@ def dataset(args, run, target, dcfg):
     feats = FeatureCache(cache_root(args.features, run["data"]), target.config, target.params,
                          dcfg.target_layer_ids, log=lambda m: _log(args.out, m))
     return SequenceDataset(store, feats, run["seq_len"], max_shards=run["shards"],
-                           first_shard=run["shard_from"])
+                           first_shard=run["shard_from"], trim_loops=run["trim_loops"])
 
 
 def _trainer(args, target):

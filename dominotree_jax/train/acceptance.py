@@ -33,6 +33,8 @@ def parse_args(argv=None):
     p.add_argument("--heldout-pct", type=int, default=5)
     p.add_argument("--heldout-shards", type=int, default=None,
                    help="held-out prompts of the answer shards before this one (default: all)")
+    p.add_argument("--heldout-trim-loops", type=int, default=0, metavar="W",
+                   help="held-out answers end at their repetition loop (train/loops.py)")
     p.add_argument("--heldout-shard-from", type=int, default=0,
                    help="... from this answer shard on (e.g. a training run's --shard-from)")
     p.add_argument("--heldout-seqs", type=int, default=64)
@@ -101,7 +103,8 @@ def main(argv=None):
         hcache = FeatureCache(cache_root(args.features, args.heldout_data), target.config,
                               target.params, taps)
         ds = SequenceDataset(store, hcache, seq_len=320, max_shards=args.heldout_shards,
-                             first_shard=args.heldout_shard_from)
+                             first_shard=args.heldout_shard_from,
+                             trim_loops=args.heldout_trim_loops)
         _, held = ds.split(args.heldout_pct)
         held = held[:args.heldout_seqs]
         held = held[:len(held) // 2 * 2]

@@ -15,6 +15,7 @@ from typing import Iterator
 import numpy as np
 
 from dominotree_jax.train.features import FeatureCache
+from dominotree_jax.train.loops import loop_end
 from dominotree_jax.train.shards import ShardStore
 
 
@@ -26,16 +27,23 @@ def heldout_bucket(prompt_ids) -> int:
 
 class SequenceDataset:
     """Every answered sequence of the answer shards ``first_shard .. max_shards - 1`` (default:
-    all); ``get(j)`` crops to the last ``seq_len`` tokens."""
+    all); ``get(j)`` crops to the last ``seq_len`` tokens. ``trim_loops = W > 0``: each answer
+    ends at its repetition loop's point (``loops.loop_end(answer, W)``: the onset, twice, is
+    kept), for training and evaluation without the loop's continuation. The features are
+    causal, so a trimmed sequence's are the first rows of the stored ones."""
 
     def __init__(self, store: ShardStore, features: FeatureCache, seq_len: int,
-                 max_shards: int | None = None, first_shard: int = 0):
+                 max_shards: int | None = None, first_shard: int = 0, trim_loops: int = 0):
         entries = store.entries("answers")
         if first_shard and not 0 < first_shard < len(entries[:max_shards]):
             raise ValueError(f"first_shard {first_shard} leaves no answer shard of "
                              f"{len(entries[:max_shards])} in {store.root}")
+        if trim_loops < 0:
+            raise ValueError(f"trim_loops must be >= 0 (0: keep loops), got {trim_loops}")
         self.store, self.features, self.seq_len = store, features, seq_len
         self.shards, self.index, self.sources = [], [], []
+        self.ends: list[int] = []    # each sequence's length in use (trimmed at its loop)
+        self.trimmed_tokens = 0      # answer tokens left out by trim_loops
         self.topk_k = 0   # K of the stored top-k target logits (0: no shard has them)
         names = store.manifest["sources"]
         for entry in entries[first_shard:max_shards]:
@@ -49,9 +57,17 @@ class SequenceDataset:
             s = len(self.shards)
             self.shards.append((shard, features.get(entry, shard)))
             for r in range(len(shard["lengths"])):
-                if shard["lengths"][r] - shard["prompt_lengths"][r] >= 2:
+                E, L = int(shard["lengths"][r]), int(shard["prompt_lengths"][r])
+                if trim_loops:
+                    lo = int(shard["offsets"][r])
+                    cut = loop_end(shard["tokens"][lo + L:lo + E], trim_loops)
+                    if cut is not None:
+                        self.trimmed_tokens += E - L - cut
+                        E = L + cut
+                if E - L >= 2:
                     self.index.append((s, r))
                     self.sources.append(names[shard["source"][r]])
+                    self.ends.append(E)
         self.hidden_dim = features.tcfg.hidden_size
         self.feat_dim = features.width - self.hidden_dim
 
@@ -62,8 +78,8 @@ class SequenceDataset:
         """(all token ids of sequence ``j``, its prompt length)."""
         s, r = self.index[j]
         shard = self.shards[s][0]
-        lo, hi = shard["offsets"][r], shard["offsets"][r + 1]
-        return shard["tokens"][lo:hi], int(shard["prompt_lengths"][r])
+        lo = int(shard["offsets"][r])
+        return shard["tokens"][lo:lo + self.ends[j]], int(shard["prompt_lengths"][r])
 
     def num_tokens(self, which=None) -> tuple[int, int]:
         """(prompt tokens, answer tokens) over ``which`` (sequence indices; default all)."""
@@ -86,7 +102,7 @@ class SequenceDataset:
         s, r = self.index[j]
         shard, feats = self.shards[s]
         off = int(shard["offsets"][r])
-        E, L = int(shard["lengths"][r]), int(shard["prompt_lengths"][r])
+        E, L = self.ends[j], int(shard["prompt_lengths"][r])
         W = self.seq_len
         lo = max(0, E - W)
         t = np.full((W,), -1, np.int32)
@@ -108,7 +124,7 @@ class SequenceDataset:
         shard = self.shards[s][0]
         if K == 0 or "topk_ids" not in shard:
             return ids, vals
-        E, L = int(shard["lengths"][r]), int(shard["prompt_lengths"][r])
+        E, L = self.ends[j], int(shard["prompt_lengths"][r])
         lo = max(0, E - W)
         a0 = int(shard["answer_offsets"][r])
         # Entry i of the row is position L - 1 + i; keep the positions inside the crop.

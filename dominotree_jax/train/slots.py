@@ -20,9 +20,10 @@ are free for the next call). Admission, shards of completed rows, resumability, 
 and ``finish`` are the parent's, so a killed run loses only its in-flight rows.
 
 Loop stop (``loop_window = W > 0``): a row also finishes when some window of ``W`` answer tokens
-has occurred ``loop_repeats`` times (``loop_end``). SmolLM2-135M falls into verbatim repetition
-in most answers that reach a 512-token cap; the row then keeps the loop's onset (the window
-twice before, so a drafter still learns to continue it) and stops paying for the rest.
+has occurred ``loop_repeats`` times (``loops.loop_end``). SmolLM2-135M falls into verbatim
+repetition in most answers that reach a 512-token cap; the row then keeps the loop's onset
+(the window twice before, so a drafter still learns to continue it) and stops paying for the
+rest.
 
 Same answers: greedy rows take the argmax of the same target forward, one token at a time,
 so they equal ``decode(method="ar")``'s up to float summation order (tests compare them on a
@@ -43,40 +44,13 @@ from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.target import bind_target, prefill
 from dominotree_jax.sampling import sample_tokens
 from dominotree_jax.train.generate import bucket
+from dominotree_jax.train.loops import LoopWatch
 from dominotree_jax.train.segmented import SegmentedAnswerer
 from dominotree_jax.train.shards import ShardStore
 
 # New rows per ``insert_rows`` call: the smallest of these that holds the call's new rows (one
 # compiled program per (rows, prompt bucket); padding rows cost a prefill row each).
 INSERT_ROWS = (4, 16, 64)
-
-
-def loop_end(answer: list[int], window: int, repeats: int) -> int | None:
-    """The length of ``answer`` up to the end of the first ``window``-token window that occurs
-    for the ``repeats``-th time (None when none does)."""
-    seen: dict[tuple, int] = {}
-    for end in range(window, len(answer) + 1):
-        w = tuple(answer[end - window:end])
-        seen[w] = seen.get(w, 0) + 1
-        if seen[w] == repeats:
-            return end
-    return None
-
-
-class _LoopWatch:
-    """``loop_end`` incrementally: feed one row's answer tokens as they come."""
-
-    def __init__(self, window: int, repeats: int):
-        self.window, self.repeats = window, repeats
-        self.seen: dict[tuple, int] = {}
-
-    def looped(self, answer: list[int]) -> bool:
-        """Whether the window ending at ``answer``'s last token is the ``repeats``-th."""
-        if not self.window or len(answer) < self.window:
-            return False
-        w = tuple(answer[-self.window:])
-        self.seen[w] = self.seen.get(w, 0) + 1
-        return self.seen[w] >= self.repeats
 
 
 class SlotState(NamedTuple):
@@ -138,7 +112,7 @@ def step_slots(tparams, state: SlotState, key, *, cfg, steps: int, temperature: 
 class SlotAnswerer(SegmentedAnswerer):
     """A ``SegmentedAnswerer`` on persistent slots (module docstring): ``max_prompt`` is the
     longest prompt it admits (``S = bucket(max_prompt) + max_new``); ``loop_window > 0``
-    stops rows at a ``loop_repeats``-fold repeated window (``loop_end``)."""
+    stops rows at a ``loop_repeats``-fold repeated window (``loops.loop_end``)."""
 
     GENERATOR = "dominotree_jax.train.slots (AR on a slot-refilled KV cache)"
     KIND = "slot refill"
@@ -160,7 +134,7 @@ class SlotAnswerer(SegmentedAnswerer):
             raise ValueError(f"loop stop needs window >= 1 and repeats >= 2 (or window 0: "
                              f"off), got {loop_window}, {loop_repeats}")
         self.loop_window, self.loop_repeats = loop_window, loop_repeats
-        self.watch: dict[bytes, _LoopWatch] = {}   # key of an in-flight row -> its watch
+        self.watch: dict[bytes, LoopWatch] = {}   # key of an in-flight row -> its watch
         self.looped: set[bytes] = set()            # rows stopped by the loop rule
         self.state: SlotState | None = None
         self.slot_of: dict[bytes, int] = {}    # key of an in-flight row -> its slot
@@ -197,7 +171,7 @@ class SlotAnswerer(SegmentedAnswerer):
                 jnp.asarray(slot), self._key(0), cfg=self.target.config,
                 temperature=self.temperature)
             for row, tok in zip(part, np.asarray(jax.device_get(first))[:len(part)].tolist()):
-                self.watch[row.key] = _LoopWatch(self.loop_window, self.loop_repeats)
+                self.watch[row.key] = LoopWatch(self.loop_window, self.loop_repeats)
                 self._append(row, int(tok))
 
     def call(self) -> None:
