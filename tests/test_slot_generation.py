@@ -44,6 +44,16 @@ def test_slot_greedy_equals_plain_and_refills(tmp_path, eos_target):  # noqa: F8
     assert all(e["generator"] == slots.SlotAnswerer.GENERATOR for e in man["shards"])
 
 
+def test_slot_batch_above_one_insert_call(tmp_path, target):  # noqa: F811
+    # 70 slots: the first call inserts its new rows in two prefills (64, then 6 of 16).
+    prompts = _prompts(70, seed=9)
+    plain = ShardStore(str(tmp_path / "plain"), vocab_size=TCFG.vocab_size)
+    generate_answers(target, plain, prompts, batch=70, max_new=3, seed=0, **QUIET)
+    store = ShardStore(str(tmp_path / "slots"), vocab_size=TCFG.vocab_size)
+    s = _slot_run(target, store, prompts, batch=70, max_new=3, seed=0, segment=2)
+    assert s["rows"] == 70 and _answers(store) == _answers(plain)
+
+
 def test_slot_cap_is_exact_and_sampling_reproducible(tmp_path, target):  # noqa: F811
     prompts = _prompts(7, seed=2)
     store = ShardStore(str(tmp_path / "cap"), vocab_size=TCFG.vocab_size)

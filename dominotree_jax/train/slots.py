@@ -156,11 +156,11 @@ class SlotAnswerer(SegmentedAnswerer):
         free = sorted(set(range(self.batch)) - set(self.slot_of.values()))
         for lo in range(0, len(rows), INSERT_ROWS[-1]):
             part = rows[lo:lo + INSERT_ROWS[-1]]
-            rows = next(r for r in INSERT_ROWS if r >= len(part))
+            n = next(r for r in INSERT_ROWS if r >= len(part))
             width = bucket(max(len(r.prompt) for r in part))
-            prompt = np.zeros((rows, width), np.int32)
-            lengths = np.ones((rows,), np.int32)
-            slot = np.full((rows,), self.batch, np.int32)   # out of range: dropped
+            prompt = np.zeros((n, width), np.int32)
+            lengths = np.ones((n,), np.int32)
+            slot = np.full((n,), self.batch, np.int32)   # out of range: dropped
             for i, row in enumerate(part):
                 prompt[i, :len(row.prompt)] = row.prompt
                 lengths[i] = len(row.prompt)
@@ -168,7 +168,7 @@ class SlotAnswerer(SegmentedAnswerer):
                 self.slot_of[row.key] = int(slot[i])
             self.state, first = insert_rows(
                 self.target.params, self.state, jnp.asarray(prompt), jnp.asarray(lengths),
-                jnp.asarray(slot), self._key(0), cfg=self.target.config,
+                jnp.asarray(slot), jax.random.fold_in(self._key(0), lo), cfg=self.target.config,
                 temperature=self.temperature)
             for row, tok in zip(part, np.asarray(jax.device_get(first))[:len(part)].tolist()):
                 self.watch[row.key] = LoopWatch(self.loop_window, self.loop_repeats)
