@@ -152,9 +152,11 @@ class SegmentedAnswerer:
         for r in rows_in:
             self.busy.discard(r.key)
         dt, self._seconds, self._calls_since = self._seconds, 0.0, 0
-        self.log(f"{e['file']}: {e['rows']} prompts ({self.KIND}, {info['decode_calls']} calls of "
-                 f"<= {self.segment} tokens), {e['answer_tokens']} answer tokens in {dt:.0f}s "
-                 f"({e['answer_tokens'] / max(dt, 1e-9):.0f} tok/s)")
+        # rows completed by calls already timed in an earlier shard (``finish``) take no time
+        rate = (f"in {dt:.0f}s ({e['answer_tokens'] / dt:.0f} tok/s)" if dt > 0
+                else "(their calls timed in the shard before)")
+        self.log(f"{e['file']}: {e['rows']} prompts ({self.KIND}, {info['decode_calls']} calls "
+                 f"of <= {self.segment} tokens), {e['answer_tokens']} answer tokens {rate}")
         return e
 
     def shard_details(self, rows_in: list[_Row]) -> dict:
