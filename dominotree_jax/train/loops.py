@@ -14,13 +14,11 @@ LOOP_REPEATS = 3   # a window seen this many times marks a loop (its onset, twic
 def loop_end(answer, window: int, repeats: int = LOOP_REPEATS) -> int | None:
     """The length of ``answer`` up to the end of the first ``window``-token window that occurs
     for the ``repeats``-th time (None when none does)."""
-    answer = [int(t) for t in answer]
-    seen: dict[tuple, int] = {}
-    for end in range(window, len(answer) + 1):
-        w = tuple(answer[end - window:end])
-        seen[w] = seen.get(w, 0) + 1
-        if seen[w] == repeats:
-            return end
+    watch, grown = LoopWatch(window, repeats), []
+    for t in answer:
+        grown.append(int(t))
+        if watch.looped(grown):
+            return len(grown)
     return None
 
 
