@@ -45,13 +45,27 @@ def test_slot_greedy_equals_plain_and_refills(tmp_path, eos_target):  # noqa: F8
 
 
 def test_slot_batch_above_one_insert_call(tmp_path, target):  # noqa: F811
-    # 70 slots: the first call inserts its new rows in two prefills (64, then 6 of 16).
+    # 70 slots: the first call inserts its new rows in three prefills (64, 4, then 2 of 4).
     prompts = _prompts(70, seed=9)
     plain = ShardStore(str(tmp_path / "plain"), vocab_size=TCFG.vocab_size)
     generate_answers(target, plain, prompts, batch=70, max_new=3, seed=0, **QUIET)
     store = ShardStore(str(tmp_path / "slots"), vocab_size=TCFG.vocab_size)
     s = _slot_run(target, store, prompts, batch=70, max_new=3, seed=0, segment=2)
     assert s["rows"] == 70 and _answers(store) == _answers(plain)
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 13, 24, 40, 64, 70, 150])
+def test_insert_pieces_cover_rows_longest_first_with_little_padding(n):
+    lengths = [(i * 37) % 101 + 1 for i in range(n)]
+    pieces = slots.insert_pieces(lengths)
+    assert sorted(i for p in pieces for i in p) == list(range(n))        # each row once
+    flat = [lengths[i] for p in pieces for i in p]
+    assert flat == sorted(lengths, reverse=True)                         # longest first
+    padded = sum(slots.piece_rows(len(p)) for p in pieces) - n
+    assert 0 <= padded < min(slots.INSERT_ROWS)
+    assert all(len(p) <= max(slots.INSERT_ROWS) for p in pieces)
+    # one program when it pads fewer than the smallest size: 13 rows -> one of 16, not 4 x 4
+    assert len(pieces) == 1 or n > 64 or slots.piece_rows(n) - n >= min(slots.INSERT_ROWS)
 
 
 def test_slot_cap_is_exact_and_sampling_reproducible(tmp_path, target):  # noqa: F811
@@ -123,3 +137,81 @@ def test_collect_refill_options_are_checked(tmp_path, target):  # noqa: F811
         collect(t, str(tmp_path / "a"), segment=3, refill=3, **kw)
     with pytest.raises(ValueError, match="--loop-stop needs --refill"):
         collect(t, str(tmp_path / "b"), loop_stop=4, **kw)
+
+
+def test_slot_widths_cover_each_group():
+    need = [700, 400, 390, 300, 260, 130, 129, 0]
+    assert slots.slot_widths(need, 4, 768) == (768, 512, 384, 256)
+    assert slots.slot_widths(need, 2, 768) == (768, 384)
+    assert slots.slot_widths(need, 1, 640) == (640,)     # capped at the cache length
+    assert slots.slot_widths([0, 0], 2, 768) == (128, 128)
+
+
+def test_grouped_steps_equal_whole_cache_steps(target):  # noqa: F811
+    # 8 slots at scattered positions, sorted longest first, in 4 groups reading 384/256/128/128
+    # slots: the same tokens as steps over the whole cache; a width one step too short is not.
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    cfg = target.config
+    rng = np.random.default_rng(0)
+    pos = np.array([300, 250, 200, 130, 120, 60, 10, 3], np.int32)
+    state = slots.empty_slots(cfg, 8, 512, jnp.float32)
+    cache = jax.tree.map(lambda a: jnp.asarray(rng.normal(size=a.shape), a.dtype), state.cache)
+    state = slots.SlotState(cache, jnp.asarray(pos), jnp.asarray(rng.integers(0, 96, 8), jnp.int32))
+    need = (pos + 6).tolist()
+    widths = slots.slot_widths(need, 4, 512)
+    assert widths == (384, 256, 128, 128)
+    run = functools.partial(slots.step_slots, target.params, key=jax.random.key(0), cfg=cfg,
+                            steps=6, temperature=0.0)
+    copy = functools.partial(jax.tree.map, jnp.copy)
+    _, whole = run(copy(state))
+    _, grouped = run(copy(state), widths=widths)
+    np.testing.assert_array_equal(np.asarray(grouped), np.asarray(whole))
+    # slot 7 moved to position 70: a last group reading 64 slots cuts its prefix
+    moved = slots.SlotState(state.cache, state.pos_B.at[7].set(70), state.last_B)
+    _, cut = run(copy(moved), widths=(384, 256, 128, 64))
+    _, ref = run(copy(moved))
+    assert not np.array_equal(np.asarray(cut)[7], np.asarray(ref)[7])
+
+
+def test_move_slots_moves_rows_in_cycles_and_drops_padding():
+    import jax.numpy as jnp
+    import numpy as np
+    state = slots.empty_slots(TCFG, 4, 8, jnp.float32)
+    k0 = state.cache.k[0].at[:, 0, 0, 0].set(jnp.arange(4.0))
+    state = slots.SlotState(state.cache._replace(k=(k0,) + state.cache.k[1:]),
+                            jnp.arange(4, dtype=jnp.int32), 10 + jnp.arange(4, dtype=jnp.int32))
+    # a 3-cycle 0 <- 2 <- 1 <- 0, slot 3 stays, one padding move (dst 4: dropped)
+    out = slots.move_slots(state, jnp.asarray([2, 0, 1, 3], jnp.int32),
+                           jnp.asarray([0, 1, 2, 4], jnp.int32))
+    np.testing.assert_array_equal(np.asarray(out.cache.k[0][:, 0, 0, 0]), [2, 0, 1, 3])
+    np.testing.assert_array_equal(np.asarray(out.pos_B), [2, 0, 1, 3])
+    np.testing.assert_array_equal(np.asarray(out.last_B), [12, 10, 11, 13])
+
+
+def test_regroup_moves_only_rows_that_outgrew_their_group():
+    # 4 groups of 2 slots, widths in steps of 128
+    need = [140, 600, 0, 300, 100, 90, 0, 500]
+    order = slots.regroup(need, 4, 768)
+    assert sorted(order) == list(range(8))
+    placed = [need[order[i]] for i in range(8)]
+    ranked = slots.slot_widths(sorted(need, reverse=True), 4, 768)
+    assert ranked == (640, 384, 128, 128)
+    assert slots.slot_widths(placed, 4, 768) == ranked       # as narrow as a full sort
+    moved = [i for i in range(8) if order[i] != i and need[order[i]] > 0]
+    assert len(moved) < 6, (order, placed)                    # a full sort moves 6 rows here
+    # every row already fitting its group stays: nothing to do
+    assert slots.regroup(sorted(need, reverse=True), 4, 768) == list(range(8))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_regroup_random_layouts_fit_ranked_widths(seed):
+    import random
+    rng = random.Random(seed)
+    need = [rng.choice([0, rng.randint(1, 800)]) for _ in range(16)]
+    order = slots.regroup(need, 4, 800)
+    assert sorted(order) == list(range(16))
+    placed = [need[order[i]] for i in range(16)]
+    assert slots.slot_widths(placed, 4, 800) == slots.slot_widths(
+        sorted(need, reverse=True), 4, 800)

@@ -112,6 +112,31 @@ class TargetModel(nnx.Module):
                                   mode=self.cfg.attention_impl), cache_k, cache_v)
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
 
+    def forward_cached_groups(self, tokens_BT, positions_BT, cache: KVCache, write_start_B,
+                              prefix_B, block_mask_BTT, widths: tuple[int, ...]) -> ForwardOut:
+        """``forward_cached`` with the batch in ``len(widths)`` equal groups of consecutive rows,
+        group ``g`` reading only the first ``widths[g]`` cache slots: static slices of the
+        written cache, one dense pass each, no conditional (the slot-refill AR steps,
+        ``train/slots.py``, whose host knows every row's position). The caller keeps each
+        row's ``prefix`` within its group's width; slots past it are not seen."""
+        B, G = tokens_BT.shape[0], len(widths)
+        if B % G:
+            raise ValueError(f"{B} rows do not split into {G} equal groups")
+        R = B // G
+
+        def attn(i, q, k, v, cache_k, cache_v):
+            cache_k = write_layer(cache_k, k, write_start_B)
+            cache_v = write_layer(cache_v, v, write_start_B)
+            kc, vc = view_layer(cache_k), view_layer(cache_v)
+            q, k, v = _kv_operands(q, k, v, kc.dtype)
+            outs = [attend_cached(q[g * R:(g + 1) * R], k[g * R:(g + 1) * R],
+                                  v[g * R:(g + 1) * R], block_mask_BTT[g * R:(g + 1) * R],
+                                  kc[g * R:(g + 1) * R, :, :w], vc[g * R:(g + 1) * R, :, :w],
+                                  prefix_B[g * R:(g + 1) * R], mode="dense")
+                    for g, w in enumerate(widths)]
+            return jnp.concatenate(outs, axis=0), cache_k, cache_v
+        return self._layers(tokens_BT, positions_BT, cache, attn, ())
+
     def forward_rows(self, tokens_BT, positions_BT, cache: KVCache, prefix_B, block_mask_BTT,
                      tap_layers: tuple[int, ...] = ()) -> ForwardOut:
         """``forward_cached`` **without writing the cache**: ``ForwardOut.cache`` is the cache

@@ -12,7 +12,16 @@ positions (``S`` = the longest prompt allowed + the answer cap). Two jitted prog
   copy their cache rows into free slots; their first answer token comes from the prefill's
   last logits, as in ``decode``. Only the new prompts go through the target.
 - ``step_slots``: ``steps`` one-token target forwards for every slot at its own position
-  (``forward_cached`` with per-row write slots), greedy or sampled as ``decode`` samples.
+  (``forward_cached_groups``: per-row write slots, each group of slots reading the cache only
+  up to its own width), greedy or sampled as ``decode`` samples.
+
+A step reads every slot's cache up to its group's width, and that read, not the weights, is
+most of a step (docs/training.md). So before each call the slots are regrouped by position
+(``regroup``: rows that outgrew their group swap into a wider one, when the reads saved pay
+for the copies, ``move_slots``) and each of ``SLOT_GROUPS`` groups reads the multiple of
+``WIDTH_STEP`` slots that holds its longest row (``slot_widths``; static widths, one compiled
+step per combination, no conditional). New rows go in longest first, in pieces of
+``INSERT_ROWS`` rows (``insert_pieces``).
 
 ``SlotAnswerer`` is a ``SegmentedAnswerer`` whose ``call`` inserts the pool's new rows into free
 slots, runs ``segment`` steps, and harvests rows that stopped or reached the cap (their slots
@@ -33,6 +42,7 @@ tiny target). A row's tokens past its stop id inside a call are dropped on the h
 from __future__ import annotations
 
 import functools
+import math
 import time
 from typing import Callable, NamedTuple
 
@@ -48,9 +58,48 @@ from dominotree_jax.train.loops import LoopWatch
 from dominotree_jax.train.segmented import SegmentedAnswerer
 from dominotree_jax.train.shards import ShardStore
 
-# New rows per ``insert_rows`` call: the smallest of these that holds the call's new rows (one
-# compiled program per (rows, prompt bucket); padding rows cost a prefill row each).
+# Rows of one ``insert_rows`` program (one compiled program per (rows, prompt bucket)); a call's
+# new rows are split into pieces of these sizes by ``insert_pieces``.
 INSERT_ROWS = (4, 16, 64)
+
+# Slot groups (``step_slots(widths=...)``): before each call the slots are sorted by position,
+# longest first, and split into this many equal groups (the largest divisor of the batch that
+# divides it), each reading the cache up to its own longest row, in multiples of
+# ``WIDTH_STEP`` slots. On the AMD EPYC a batch-64 step of SmolLM2-135M costs ~150 ms plus
+# ~0.3 ms per slot read (docs/training.md), so reading each group's width instead of the whole
+# cache matters more than anything else in the step.
+SLOT_GROUPS = 4
+WIDTH_STEP = 128
+# Rows of one ``move_slots`` program (regrouping moves only the rows whose group changed).
+MOVE_ROWS = (8, 16, 32, 64)
+# Regroup only when the slot reads a call saves pay for the rows it copies: a row moved cost
+# ~50 ms on the AMD EPYC, one slot read by a group for one step ~0.3 ms / groups, so a move
+# pays when segment * (slots saved over all groups) * MOVE_WORTH >= rows moved * groups
+# (MOVE_WORTH = 0.3 / 50).
+MOVE_WORTH = 0.006
+
+
+def insert_pieces(lengths: list[int], sizes: tuple[int, ...] = INSERT_ROWS) -> list[list[int]]:
+    """Split new rows (their prompt ``lengths``) into prefill pieces: indices, longest prompts
+    first, each piece run by the program of ``piece_rows(len(piece))`` rows at the bucket of its
+    longest prompt. Sorting by length keeps short prompts out of a long prompt's width. The rows
+    left go in one piece when its program pads fewer than ``min(sizes)`` rows, else the
+    largest size they fill is cut off first, so a call pads fewer than ``min(sizes)`` rows in
+    all (one program of 64 for 24 rows padded 40 rows of prefill; now 16 + 4 + 4)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    pieces = []
+    while order:
+        left = len(order)
+        fits = piece_rows(left, sizes) - left < min(sizes) if left <= max(sizes) else False
+        n = left if fits else max(s for s in sizes if s <= left)
+        pieces.append(order[:n])
+        order = order[n:]
+    return pieces
+
+
+def piece_rows(n: int, sizes: tuple[int, ...] = INSERT_ROWS) -> int:
+    """The rows of the program that runs a piece of ``n`` new rows (the smallest size >= n)."""
+    return next(s for s in sorted(sizes) if s >= n)
 
 
 class SlotState(NamedTuple):
@@ -86,12 +135,16 @@ def insert_rows(tparams, state: SlotState, prompt_BT, lengths_B, slot_B, key, *,
     return SlotState(cache, put(state.pos_B, lengths_B), put(state.last_B, first_B)), first_B
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "steps", "temperature"),
+@functools.partial(jax.jit, static_argnames=("cfg", "steps", "temperature", "widths"),
                    donate_argnames=("state",))
-def step_slots(tparams, state: SlotState, key, *, cfg, steps: int, temperature: float):
+def step_slots(tparams, state: SlotState, key, *, cfg, steps: int, temperature: float,
+               widths: tuple[int, ...] | None = None):
     """``steps`` AR steps for every slot: returns ``(state, tokens_BY)``, ``Y = steps``. A slot
     at the cache's last position keeps overwriting it (its row is past the cap: the host has
-    stopped reading it)."""
+    stopped reading it). ``widths``: the slots in ``len(widths)`` equal groups, group ``g``'s
+    attention reading only its first ``widths[g]`` cache slots (``slot_widths``; every live
+    row's position + ``steps`` must fit its group's width); None: the whole cache
+    (``forward_cached``, bucketed)."""
     target = bind_target(cfg, tparams)
     B, S = state.pos_B.shape[0], state.cache.max_len
     block_mask_BTT = jnp.ones((B, 1, 1), bool)   # a row sees itself
@@ -99,14 +152,66 @@ def step_slots(tparams, state: SlotState, key, *, cfg, steps: int, temperature: 
     def one(i, carry):
         st, tokens_BY = carry
         pos_B = jnp.minimum(st.pos_B, S - 1)
-        out = target.forward_cached(st.last_B[:, None], pos_B[:, None], st.cache, pos_B, pos_B,
-                                    block_mask_BTT)
+        if widths is None:
+            out = target.forward_cached(st.last_B[:, None], pos_B[:, None], st.cache, pos_B,
+                                        pos_B, block_mask_BTT)
+        else:
+            out = target.forward_cached_groups(st.last_B[:, None], pos_B[:, None], st.cache,
+                                               pos_B, pos_B, block_mask_BTT, widths)
         nxt_B = sample_tokens(jax.random.fold_in(key, i), target.logits(out.hidden[:, 0]),
                               temperature)
         return (SlotState(out.cache, jnp.minimum(st.pos_B + 1, S - 1), nxt_B),
                 tokens_BY.at[:, i].set(nxt_B))
 
     return jax.lax.fori_loop(0, steps, one, (state, jnp.zeros((B, steps), jnp.int32)))
+
+
+@functools.partial(jax.jit, donate_argnames=("state",))
+def move_slots(state: SlotState, src_M, dst_M) -> SlotState:
+    """Slot ``dst_M[m]`` of the result is slot ``src_M[m]`` of ``state``; other slots stay
+    (every source is read before any slot is written, so moves may form cycles). A ``dst``
+    past the batch is dropped (padding). Only the moved rows are copied, in place."""
+    def move(a):
+        return a.at[dst_M].set(a[src_M], mode="drop")
+    return jax.tree.map(move, state)
+
+
+def regroup(need: list[int], groups: int, slots_len: int) -> list[int]:
+    """Where each slot's row goes for a call: ``order[i]`` = the old slot of the row that new
+    slot ``i`` holds. The groups' widths are those of the rows ranked by ``need`` (largest
+    first, ``slot_widths``); a row whose need its group's width holds stays put, and each
+    row that outgrew its group swaps with a row (or a free slot) of a wide enough group that
+    fits the one it leaves. So a call moves a few rows, not a full sort, and every group
+    reads no more than the ranked grouping would."""
+    B = len(need)
+    size = B // groups
+    ranked = sorted(range(B), key=lambda i: (-need[i], i))
+    width = slot_widths([need[i] for i in ranked], groups, slots_len)
+    order = list(range(B))
+    at = list(need)                           # the need of the row each slot holds now
+    for slot in sorted(range(B), key=lambda i: (-need[i], i)):
+        mine = width[slot // size]
+        if at[slot] <= mine:
+            continue
+        fits = [j for j in range(B) if width[j // size] >= at[slot] and at[j] <= mine]
+        if not fits:   # cannot happen for ranked widths; the full ranking is always valid
+            return ranked
+        j = min(fits, key=lambda j: (at[j], j))
+        order[slot], order[j] = order[j], order[slot]
+        at[slot], at[j] = at[j], at[slot]
+    return order
+
+
+def slot_widths(need: list[int], groups: int, slots_len: int) -> tuple[int, ...]:
+    """The cache slots each of ``groups`` equal groups of consecutive slots reads in a call:
+    the multiple of ``WIDTH_STEP`` (at most ``slots_len``) that holds the largest ``need`` of
+    the group (a live row's position + the call's steps; 0 for a free slot)."""
+    size = len(need) // groups
+    out = []
+    for g in range(groups):
+        top = max(need[g * size:(g + 1) * size])
+        out.append(min(slots_len, max(WIDTH_STEP, -(-top // WIDTH_STEP) * WIDTH_STEP)))
+    return tuple(out)
 
 
 class SlotAnswerer(SegmentedAnswerer):
@@ -119,8 +224,8 @@ class SlotAnswerer(SegmentedAnswerer):
 
     def __init__(self, target, store: ShardStore, *, batch: int, max_new: int, segment: int,
                  seed: int, max_prompt: int, temperature: float = 0.0, store_topk: int = 0,
-                 loop_window: int = 0, loop_repeats: int = 3, extra_info: dict | None = None,
-                 log: Callable[[str], None] = print):
+                 loop_window: int = 0, loop_repeats: int = 3, groups: int = SLOT_GROUPS,
+                 extra_info: dict | None = None, log: Callable[[str], None] = print):
         super().__init__(target, store, batch=batch, max_new=max_new, segment=segment,
                          seed=seed, temperature=temperature, store_topk=store_topk,
                          extra_info=extra_info, log=log)
@@ -133,6 +238,9 @@ class SlotAnswerer(SegmentedAnswerer):
         if loop_window < 0 or (loop_window and loop_repeats < 2):
             raise ValueError(f"loop stop needs window >= 1 and repeats >= 2 (or window 0: "
                              f"off), got {loop_window}, {loop_repeats}")
+        if groups < 1:
+            raise ValueError(f"slot groups must be >= 1, got {groups}")
+        self.groups = math.gcd(batch, groups)   # equal groups: a divisor of the batch
         self.loop_window, self.loop_repeats = loop_window, loop_repeats
         self.watch: dict[bytes, LoopWatch] = {}   # key of an in-flight row -> its watch
         self.looped: set[bytes] = set()            # rows stopped by the loop rule
@@ -154,9 +262,9 @@ class SlotAnswerer(SegmentedAnswerer):
         """Prefill ``rows`` (pool rows without a slot) into free slots, their first token into
         each row's answer."""
         free = sorted(set(range(self.batch)) - set(self.slot_of.values()))
-        for lo in range(0, len(rows), INSERT_ROWS[-1]):
-            part = rows[lo:lo + INSERT_ROWS[-1]]
-            n = next(r for r in INSERT_ROWS if r >= len(part))
+        for lo, piece in enumerate(insert_pieces([len(r.prompt) for r in rows])):
+            part = [rows[i] for i in piece]
+            n = piece_rows(len(part))
             width = bucket(max(len(r.prompt) for r in part))
             prompt = np.zeros((n, width), np.int32)
             lengths = np.ones((n,), np.int32)
@@ -189,9 +297,10 @@ class SlotAnswerer(SegmentedAnswerer):
             self._insert(new)
         live = [r for r in self.pool if not self._finished(r)]
         if live:
+            widths = self._arrange(live)
             self.state, toks = step_slots(self.target.params, self.state, self._key(1),
                                           cfg=self.target.config, steps=self.segment,
-                                          temperature=self.temperature)
+                                          temperature=self.temperature, widths=widths)
             toks = np.asarray(jax.device_get(toks))
             for row in live:
                 for tok in toks[self.slot_of[row.key]].tolist():
@@ -211,6 +320,33 @@ class SlotAnswerer(SegmentedAnswerer):
             else:
                 keep.append(row)
         self.pool = keep
+
+    def _arrange(self, live) -> tuple[int, ...]:
+        """Group the slots for a call: live rows ranked by position, longest first, then the
+        free slots (``regroup``; only rows whose group changed move); the groups' widths
+        (``slot_widths``). A live row's position is the slot of its newest token."""
+        need = [0] * self.batch
+        for row in live:
+            need[self.slot_of[row.key]] = len(row.prompt) + len(row.answer) - 1 + self.segment
+        order = regroup(need, self.groups, self.slots_len)
+        # a free slot's contents do not matter: only live rows are copied
+        moved = [i for i in range(self.batch) if order[i] != i and need[order[i]] > 0]
+        saved = (sum(slot_widths(need, self.groups, self.slots_len))
+                 - sum(slot_widths([need[i] for i in order], self.groups, self.slots_len)))
+        if moved and saved * self.segment * MOVE_WORTH < len(moved) * self.groups:
+            moved = []          # not worth the copies: keep the layout (its widths fit it)
+            order = list(range(self.batch))
+        if moved:
+            n = piece_rows(len(moved), MOVE_ROWS) if len(moved) <= MOVE_ROWS[-1] else len(moved)
+            dst = np.full((n,), self.batch, np.int32)    # past the batch: dropped (padding)
+            src = np.zeros((n,), np.int32)
+            dst[:len(moved)] = moved
+            src[:len(moved)] = [order[i] for i in moved]
+            self.state = move_slots(self.state, jnp.asarray(src), jnp.asarray(dst))
+            new_slot = {old: new for new, old in enumerate(order)}
+            self.slot_of = {k: new_slot[v] for k, v in self.slot_of.items()}
+            need = [need[i] for i in order]
+        return slot_widths(need, self.groups, self.slots_len)
 
     def _append(self, row, tok: int) -> None:
         row.answer.append(tok)
