@@ -62,10 +62,10 @@ from dominotree_jax.train.shards import ShardStore
 # new rows are split into pieces of these sizes by ``insert_pieces``.
 INSERT_ROWS = (4, 16, 64)
 
-# Slot groups (``step_slots(widths=...)``): before each call the slots are sorted by position,
-# longest first, and split into this many equal groups (the largest divisor of the batch that
-# divides it), each reading the cache up to its own longest row, in multiples of
-# ``WIDTH_STEP`` slots. On the AMD EPYC a batch-64 step of SmolLM2-135M costs ~150 ms plus
+# Slot groups (``step_slots(widths=...)``): before each call the slots are grouped by
+# position (``regroup``), longest first, into this many equal groups (the largest divisor of
+# the batch that divides it), each reading the cache up to its own longest row, in multiples
+# of ``WIDTH_STEP`` slots. On the AMD EPYC a batch-64 step of SmolLM2-135M costs ~150 ms plus
 # ~0.3 ms per slot read (docs/training.md), so reading each group's width instead of the whole
 # cache matters more than anything else in the step.
 SLOT_GROUPS = 4
@@ -189,13 +189,13 @@ def regroup(need: list[int], groups: int, slots_len: int) -> list[int]:
     width = slot_widths([need[i] for i in ranked], groups, slots_len)
     order = list(range(B))
     at = list(need)                           # the need of the row each slot holds now
-    for slot in sorted(range(B), key=lambda i: (-need[i], i)):
+    for slot in ranked:
         mine = width[slot // size]
         if at[slot] <= mine:
             continue
         fits = [j for j in range(B) if width[j // size] >= at[slot] and at[j] <= mine]
-        if not fits:   # cannot happen for ranked widths; the full ranking is always valid
-            return ranked
+        if not fits:   # every wide enough slot holds a row too long for this group:
+            return ranked  # the full ranking (always valid)
         j = min(fits, key=lambda j: (at[j], j))
         order[slot], order[j] = order[j], order[slot]
         at[slot], at[j] = at[j], at[slot]
@@ -331,11 +331,10 @@ class SlotAnswerer(SegmentedAnswerer):
         order = regroup(need, self.groups, self.slots_len)
         # a free slot's contents do not matter: only live rows are copied
         moved = [i for i in range(self.batch) if order[i] != i and need[order[i]] > 0]
-        saved = (sum(slot_widths(need, self.groups, self.slots_len))
-                 - sum(slot_widths([need[i] for i in order], self.groups, self.slots_len)))
-        if moved and saved * self.segment * MOVE_WORTH < len(moved) * self.groups:
-            moved = []          # not worth the copies: keep the layout (its widths fit it)
-            order = list(range(self.batch))
+        now = slot_widths(need, self.groups, self.slots_len)
+        after = slot_widths([need[i] for i in order], self.groups, self.slots_len)
+        if moved and (sum(now) - sum(after)) * self.segment * MOVE_WORTH < len(moved) * self.groups:
+            return now          # not worth the copies: keep the layout (its widths fit it)
         if moved:
             n = piece_rows(len(moved), MOVE_ROWS) if len(moved) <= MOVE_ROWS[-1] else len(moved)
             dst = np.full((n,), self.batch, np.int32)    # past the batch: dropped (padding)
@@ -345,8 +344,8 @@ class SlotAnswerer(SegmentedAnswerer):
             self.state = move_slots(self.state, jnp.asarray(src), jnp.asarray(dst))
             new_slot = {old: new for new, old in enumerate(order)}
             self.slot_of = {k: new_slot[v] for k, v in self.slot_of.items()}
-            need = [need[i] for i in order]
-        return slot_widths(need, self.groups, self.slots_len)
+            return after
+        return now
 
     def _append(self, row, tok: int) -> None:
         row.answer.append(tok)
