@@ -116,3 +116,33 @@ def test_backfilled_topk_equals_what_collect_stores(tmp_path, target):  # noqa: 
         backfill(t, src, dst, shards=9, k=3)
     with pytest.raises(ValueError, match="not a backfill"):
         backfill(t, ShardStore(with_topk), ShardStore(plain), shards=1, k=3)
+
+
+def test_several_seeds_answer_their_pools_in_order(tmp_path, target):  # noqa: F811
+    """``--seed 5 6``: seed 5's pool first, then seed 6's, until both are used up; a repeated
+    seed is refused."""
+    import pytest
+
+    from dominotree_jax.train.collect import pool_items
+    from dominotree_jax.train.generate import prompt_key
+    t = dj.Target(TCFG, target.params, _CharTokenizer())
+    kw = dict(num_prompts=6, batch=4, max_new=3, deadline=None, max_batches=None,
+              request_every=0, request_share=0.0, prompt_mix="v4")
+
+    def pool_keys(seed):
+        items, _, _ = pool_items(t.tokenizer, seed, 6, BenchmarkFilter(), set(), "v4")
+        return {prompt_key(ids) for ids, _ in items}
+    first, second = pool_keys(5), pool_keys(6)
+    assert len(first) >= 4 and second - first
+    data = str(tmp_path / "data")
+    total = collect(t, data, seed=[5, 6], **kw)
+    store = ShardStore(data)
+    shards = [{prompt_key(tok[:p]) for tok, p, _ in store.entry_rows(e)}
+              for e in store.entries()]
+    assert set().union(*shards) == first | second       # both pools, each prompt once
+    assert total["rows"] == len(first | second)
+    assert shards[0] <= first                           # seed 5's pool came first
+    assert collect(t, data, seed=[5, 6], **kw)["rows"] == 0   # resumed: nothing left
+    with pytest.raises(ValueError, match="distinct"):
+        collect(t, str(tmp_path / "b"), seed=[5, 5], **kw)
+

@@ -3,7 +3,9 @@
     python -m dominotree_jax.train.collect --data data/smollm2 --seed 1 --minutes 60
 
 Each run builds the template/corpus prompt pool for its ``--seed`` (``prompts.build_prompts``),
-drops prompts that overlap a benchmark (``overlap.BenchmarkFilter``) or are already answered,
+drops prompts that overlap a benchmark (``overlap.BenchmarkFilter``) or are already answered
+(several seeds, ``--seed 11 12``: their pools one after another, so a long run goes on with the
+next pool when one is used up; the first seed keys sampling and self-written requests),
 and alternates: every ``--request-every`` answer batches, one batch of prompts written by the
 target itself (``self_prompts``); each answer batch takes up to ``--request-share`` of its rows
 from the stored requests that have no answer yet. Every batch is one shard, appended to
@@ -27,10 +29,12 @@ continuing row is not prefilled again (one ``--segment`` or ``--refill``, not bo
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import random
 import sys
 import time
+from collections.abc import Sequence
 
 
 MAX_PROMPT_TOKENS = 256   # chat-templated; longer corpus prompts are skipped
@@ -43,7 +47,9 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data/smollm2", help="data directory (manifest + shards)")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2 GGUF)")
-    p.add_argument("--seed", type=int, default=1, help="prompt pool and sampling seed")
+    p.add_argument("--seed", type=int, nargs="+", default=[1],
+                   help="prompt pool seed(s), answered in this order; the first also seeds "
+                        "sampling and self-written requests")
     p.add_argument("--num-prompts", type=int, default=12000, help="template/corpus pool size")
     p.add_argument("--batch", type=int, default=48)
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
@@ -160,7 +166,8 @@ def sampled_batch(n: int, share: float) -> bool:
     return share > 0 and math.floor((n + 1) * share) > math.floor(n * share)
 
 
-def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_new: int,
+def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, batch: int,
+            max_new: int,
             deadline: float | None, max_batches: int | None, request_every: int,
             request_share: float, request_temperature: float = 1.0, prompt_mix: str = "v3",
             followup_share: float = 0.0, sample_share: float = 0.0,
@@ -170,6 +177,10 @@ def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_n
     from dominotree_jax.train.overlap import BenchmarkFilter
     from dominotree_jax.train.self_prompts import generate_requests, normalize, pending_requests
     from dominotree_jax.train.shards import ShardStore
+    seeds = [seed] if isinstance(seed, int) else list(seed)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"give one or more distinct prompt pool seeds, got {seeds}")
+    seed = seeds[0]
     if segment and refill:
         raise ValueError(f"one of --segment or --refill, not both (got {segment}, {refill})")
     if loop_stop and not refill:
@@ -185,17 +196,24 @@ def collect(target, data: str, *, seed: int, num_prompts: int, batch: int, max_n
         for name, v in (("followup_share", followup_share), ("sample_share", sample_share)):
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {v}")
-        pool, dropped, texts = pool_items(target.tokenizer, seed, num_prompts, bench, known,
-                                          prompt_mix)
         answered = answered_keys(store)
-        pool = [it for it in pool if prompt_key(it[0]) not in answered]
+        pool, texts, dropped, queued = [], [], collections.Counter(), set(answered)
+        for s in seeds:   # each seed's pool shuffled by its seed, the pools in seed order
+            items, drop, seed_texts = pool_items(target.tokenizer, s, num_prompts, bench, known,
+                                                 prompt_mix)
+            items = [it for it in items if prompt_key(it[0]) not in queued]
+            queued.update(prompt_key(it[0]) for it in items)
+            random.Random(s).shuffle(items)
+            pool += items
+            texts += seed_texts
+            dropped.update(drop)
         follow = (followup_items(target.tokenizer, store, texts, bench, seed,
                                  target.eos_ids) if followup_share else [])
         follow = [it for it in follow if prompt_key(it[0]) not in answered]
         random.Random(seed + 1).shuffle(follow)
-        log(f"{data}: {store.totals()}; pool for seed {seed}: {len(pool)} unanswered "
-            f"(dropped {dropped}); benchmark sets checked {bench.sets}")
-        random.Random(seed).shuffle(pool)
+        log(f"{data}: {store.totals()}; pool for seed{'s' if len(seeds) > 1 else ''} "
+            f"{', '.join(map(str, seeds))}: {len(pool)} unanswered (dropped {dict(dropped)}); "
+            f"benchmark sets checked {bench.sets}")
         total = {"answer_batches": 0, "answer_tokens": 0, "rows": 0, "request_batches": 0,
                  "requests_kept": 0}
         answerers: dict = {}   # segment > 0: temperature -> SegmentedAnswerer (rows in flight)
