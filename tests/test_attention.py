@@ -42,11 +42,13 @@ def _dense_reference(q, new_k, new_v, block_mask, cache_k, cache_v, prefix):
     (3, 2, 6, 2, 8, 33, 8),      # two rows x group 3: 6 folded rows
 ])
 @pytest.mark.parametrize("dense_rows", [0, 10**6], ids=["block-loop", "dense-buckets"])
-@pytest.mark.parametrize("slot_major_rows", [0, 10**6], ids=["scores-US", "scores-SU"])
+@pytest.mark.parametrize("slot_major_rows,fused", [(0, False), (10**6, False), (0, True)],
+                         ids=["scores-US", "scores-SU", "fused"])
 def test_blockwise_matches_plain_attention(B, T, N, K, D, S, block, dense_rows,
-                                           slot_major_rows, monkeypatch):
+                                           slot_major_rows, fused, monkeypatch):
     """Both score layouts of the cache pass (``SLOT_MAJOR_ROWS``: ``[U, S]``, or ``[S, U]`` for
-    few rows) and both ways over the prefix give plain attention's result."""
+    few rows), its fused form (products and sums, no dots) and both ways over the prefix give
+    plain attention's result."""
     monkeypatch.setattr("dominotree_jax.model.layers.SLOT_MAJOR_ROWS", slot_major_rows)
     rng = np.random.default_rng(B * 100 + T)
     f32 = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)  # noqa: E731
@@ -60,7 +62,8 @@ def test_blockwise_matches_plain_attention(B, T, N, K, D, S, block, dense_rows,
     if T > 1:
         block_mask[0, 0] = False  # with an empty prefix: sees nothing at all -> zeros
     got = attend_cached(q, new_k, new_v, jnp.asarray(block_mask), cache_k, cache_v,
-                        jnp.asarray(prefix, jnp.int32), block=block, dense_rows=dense_rows)
+                        jnp.asarray(prefix, jnp.int32), block=block, dense_rows=dense_rows,
+                        fused=fused)
     want = _dense_reference(q, new_k, new_v, block_mask, cache_k, cache_v, prefix)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=2e-6)
     assert np.all(np.isfinite(np.asarray(got)))
@@ -173,6 +176,28 @@ def test_attention_modes_match_plain_attention(mode, B, T, N, K, D, S, block):
         jnp.asarray(prefix, jnp.int32))
     want = _dense_reference(q, new_k, new_v, block_mask, cache_k, cache_v, prefix)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=2e-6)
+
+
+def test_fused_cache_pass_reads_a_bfloat16_cache_like_the_dots():
+    """A decode row over a bfloat16 cache: the fused pass (float32 products of the bf16 values)
+    agrees with the dots (bf16 operands, float32 accumulation) to float32 rounding, and both
+    ignore slots at or past each row's prefix."""
+    rng = np.random.default_rng(5)
+    B, N, K, D, S = 3, 6, 2, 16, 48
+    bf = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.bfloat16)  # noqa: E731
+    q, new_k, new_v = bf(B, 1, N, D), bf(B, 1, K, D), bf(B, 1, K, D)
+    cache_k, cache_v = bf(B, K, S, D), bf(B, K, S, D)
+    prefix = jnp.asarray([0, 17, 40], jnp.int32)
+    mask = jnp.ones((B, 1, 1), bool)
+    run = jax.jit(lambda ck, cv, fused: attend_cached(q, new_k, new_v, mask, ck, cv, prefix,
+                                                      mode="dense", fused=fused),
+                  static_argnums=2)
+    fused, dots = run(cache_k, cache_v, True), run(cache_k, cache_v, False)
+    np.testing.assert_allclose(np.asarray(fused, np.float32), np.asarray(dots, np.float32),
+                               rtol=1e-2, atol=1e-2)
+    junk_k = cache_k.at[:, :, 40:].set(1e4)    # past every prefix: never read
+    np.testing.assert_array_equal(np.asarray(run(junk_k, cache_v, True), np.float32),
+                                  np.asarray(fused, np.float32))
 
 
 def test_attention_mode_is_checked():

@@ -205,10 +205,11 @@ def _scores(q_BKUD, k_BKSD):
     return s * (q_BKUD.shape[-1] ** -0.5)
 
 
-def _online_step(state, s, visible, v_BKSD, slot_axis: int = 3):
+def _online_step(state, s, visible, v_BKSD, slot_axis: int = 3, fused: bool = False):
     """One key block of the running softmax: state ``(max, sum, acc)`` in float32, each
     ``[B, K, U, ...]``. The scores ``s`` are ``[B, K, U, S]`` (``slot_axis`` 3) or
-    ``[B, K, S, U]`` (``slot_axis`` 2: slot-major, see ``SLOT_MAJOR_ROWS``)."""
+    ``[B, K, S, U]`` (``slot_axis`` 2: slot-major, see ``SLOT_MAJOR_ROWS``). ``fused`` (slot-major
+    only): the values' product as an elementwise product summed over the slots, no dot."""
     m_BKU1, l_BKU1, acc_BKUD = state
 
     def per_row(x):   # a [B, K, 1, U] reduction over slot-major scores as [B, K, U, 1]
@@ -218,9 +219,12 @@ def _online_step(state, s, visible, v_BKSD, slot_axis: int = 3):
     m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
     alpha = jnp.exp(m_BKU1 - m_safe)
     p = jnp.exp(s - per_row(m_safe))
-    pv_BKUD = jax.lax.dot_general(p.astype(v_BKSD.dtype), v_BKSD,
-                                  (((slot_axis,), (2,)), ((0, 1), (0, 1))),
-                                  preferred_element_type=jnp.float32)
+    if fused:
+        pv_BKUD = jnp.sum(p[..., None] * v_BKSD[:, :, :, None, :].astype(jnp.float32), axis=2)
+    else:
+        pv_BKUD = jax.lax.dot_general(p.astype(v_BKSD.dtype), v_BKSD,
+                                      (((slot_axis,), (2,)), ((0, 1), (0, 1))),
+                                      preferred_element_type=jnp.float32)
     return (m_new, l_BKU1 * alpha + per_row(jnp.sum(p, axis=slot_axis, keepdims=True)),
             acc_BKUD * alpha + pv_BKUD)
 
@@ -232,11 +236,25 @@ def _online_step(state, s, visible, v_BKSD, slot_axis: int = 3):
 # with 640 slots; ``benchmarks/bench_attention_layout.py``); with more rows (verify, prefill)
 # the usual ``[U, S]`` layout is kept.
 SLOT_MAJOR_ROWS = 8
+# ``attend_cached(fused=True)``: the cache pass of a few query rows as elementwise products and
+# sums (scores: q x k summed over D; values: p x v summed over the slots), which XLA:CPU fuses
+# into single passes over the slots instead of batched few-row dots. The slot-refill AR step
+# (``TargetModel.forward_cached_groups``, data collection) uses it: a batch-128 SmolLM2 step
+# reading 768/640/512/384 slots per group took 579 ms against 647 with the slot-major dots
+# (1.12x), the same 340 ms at up to 384 slots (AMD EPYC, 2 cores, 2026-12-03;
+# ``benchmarks/bench_slot_step.py``). Other paths keep the dots, so their numbers (and the
+# T = 0 equality of every method with ``ar``) are unchanged.
 
 
-def _prefix_step(state, q_BKUD, k_BKSD, v_BKSD, visible_BS):
+def _prefix_step(state, q_BKUD, k_BKSD, v_BKSD, visible_BS, fused: bool = False):
     """One running-softmax step over the cache slots ``k/v [B, K, S, D]`` with
-    ``visible [B, S]``, in the score layout that is faster for ``U`` (``SLOT_MAJOR_ROWS``)."""
+    ``visible [B, S]``, in the score layout that is faster for ``U`` (``SLOT_MAJOR_ROWS``).
+    ``fused``: both products as elementwise products and sums (the note above)."""
+    if fused:
+        s_BKSU = jnp.sum(k_BKSD[:, :, :, None, :].astype(jnp.float32)
+                         * q_BKUD[:, :, None, :, :].astype(jnp.float32), axis=-1)
+        return _online_step(state, s_BKSU * (q_BKUD.shape[-1] ** -0.5),
+                            visible_BS[:, None, :, None], v_BKSD, slot_axis=2, fused=True)
     if q_BKUD.shape[2] <= SLOT_MAJOR_ROWS:
         s_BKSU = jax.lax.dot_general(k_BKSD, q_BKUD, (((3,), (3,)), ((0, 1), (0, 1))),
                                      preferred_element_type=jnp.float32)
@@ -247,7 +265,7 @@ def _prefix_step(state, q_BKUD, k_BKSD, v_BKSD, visible_BS):
 
 def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, cache_v_BKSD,
                   prefix_B, *, block: int | None = None, dense_rows: int | None = None,
-                  mode: str = "auto"):
+                  mode: str = "auto", fused: bool = False):
     """Attention of new rows over the committed cache prefix and the new rows themselves.
 
     ``cache_*_BKSD``: one layer's cache ``[B, K, S, D]``; slots ``>= prefix[b]`` are never read
@@ -264,6 +282,9 @@ def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
     - ``"auto"`` (default): ``"dense"`` when lowered for a GPU (``cuda``/``rocm``), ``"bucket"``
       otherwise (``lax.platform_dependent``: a program lowered for one platform holds only that
       platform's branch).
+
+    ``fused``: the prefix pass as elementwise products and sums instead of dots (the note above
+    ``_prefix_step``; for decode-sized ``U``).
     """
     if mode not in ATTENTION_MODES:
         raise ValueError(f"attention mode must be one of {ATTENTION_MODES}, got {mode!r}")
@@ -288,7 +309,7 @@ def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
     blk = min(block, S)
     if blk == S:
         live_BS = jnp.arange(S)[None, :] < prefix_B[:, None]
-        state = _prefix_step(state, q_BKUD, cache_k_BKSD, cache_v_BKSD, live_BS)
+        state = _prefix_step(state, q_BKUD, cache_k_BKSD, cache_v_BKSD, live_BS, fused)
     elif U <= dense_rows:   # decode, verify
         buckets = []
         width = blk
@@ -300,7 +321,7 @@ def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
         def dense(width, st):
             live_BS = jnp.arange(width)[None, :] < prefix_B[:, None]
             return _prefix_step(st, q_BKUD, cache_k_BKSD[:, :, :width],
-                                cache_v_BKSD[:, :, :width], live_BS)
+                                cache_v_BKSD[:, :, :width], live_BS, fused)
 
         def bucketed(st):
             index = jnp.searchsorted(jnp.asarray(buckets), jnp.max(prefix_B), side="left")
@@ -321,7 +342,7 @@ def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
             vb = jax.lax.dynamic_slice_in_dim(cache_v_BKSD, first, blk, axis=2)
             slot = first + jnp.arange(blk)
             live_BS = (slot >= lo)[None, :] & (slot[None, :] < prefix_B[:, None])
-            return _prefix_step(st, q_BKUD, kb, vb, live_BS)
+            return _prefix_step(st, q_BKUD, kb, vb, live_BS, fused)
 
         n_blocks = (jnp.max(prefix_B) + blk - 1) // blk
         state = jax.lax.fori_loop(0, n_blocks, one_block, state)

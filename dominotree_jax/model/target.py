@@ -113,12 +113,15 @@ class TargetModel(nnx.Module):
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
 
     def forward_cached_groups(self, tokens_BT, positions_BT, cache: KVCache, write_start_B,
-                              prefix_B, block_mask_BTT, widths: tuple[int, ...]) -> ForwardOut:
+                              prefix_B, block_mask_BTT, widths: tuple[int, ...],
+                              fused: bool = True) -> ForwardOut:
         """``forward_cached`` with the batch in ``len(widths)`` equal groups of consecutive rows,
         group ``g`` reading only the first ``widths[g]`` cache slots: static slices of the
         written cache, one dense pass each, no conditional (the slot-refill AR steps,
         ``train/slots.py``, whose host knows every row's position). The caller keeps each
-        row's ``prefix`` within its group's width; slots past it are not seen."""
+        row's ``prefix`` within its group's width; slots past it are not seen. ``fused``: the
+        cache pass as elementwise products and sums (``attend_cached(fused=True)``, faster for
+        these one-row steps on XLA:CPU); False: the dots of every other path."""
         B, G = tokens_BT.shape[0], len(widths)
         if B % G:
             raise ValueError(f"{B} rows do not split into {G} equal groups")
@@ -132,7 +135,7 @@ class TargetModel(nnx.Module):
             outs = [attend_cached(q[g * R:(g + 1) * R], k[g * R:(g + 1) * R],
                                   v[g * R:(g + 1) * R], block_mask_BTT[g * R:(g + 1) * R],
                                   kc[g * R:(g + 1) * R, :, :w], vc[g * R:(g + 1) * R, :, :w],
-                                  prefix_B[g * R:(g + 1) * R], mode="dense")
+                                  prefix_B[g * R:(g + 1) * R], mode="dense", fused=fused)
                     for g, w in enumerate(widths)]
             return jnp.concatenate(outs, axis=0), cache_k, cache_v
         return self._layers(tokens_BT, positions_BT, cache, attn, ())

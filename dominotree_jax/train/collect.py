@@ -167,8 +167,7 @@ def sampled_batch(n: int, share: float) -> bool:
 
 
 def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, batch: int,
-            max_new: int,
-            deadline: float | None, max_batches: int | None, request_every: int,
+            max_new: int, deadline: float | None, max_batches: int | None, request_every: int,
             request_share: float, request_temperature: float = 1.0, prompt_mix: str = "v3",
             followup_share: float = 0.0, sample_share: float = 0.0,
             sample_temperature: float = 0.7, store_topk: int = 0, segment: int = 0,

@@ -135,16 +135,17 @@ def insert_rows(tparams, state: SlotState, prompt_BT, lengths_B, slot_B, key, *,
     return SlotState(cache, put(state.pos_B, lengths_B), put(state.last_B, first_B)), first_B
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "steps", "temperature", "widths"),
+@functools.partial(jax.jit, static_argnames=("cfg", "steps", "temperature", "widths", "fused"),
                    donate_argnames=("state",))
 def step_slots(tparams, state: SlotState, key, *, cfg, steps: int, temperature: float,
-               widths: tuple[int, ...] | None = None):
+               widths: tuple[int, ...] | None = None, fused: bool = True):
     """``steps`` AR steps for every slot: returns ``(state, tokens_BY)``, ``Y = steps``. A slot
     at the cache's last position keeps overwriting it (its row is past the cap: the host has
     stopped reading it). ``widths``: the slots in ``len(widths)`` equal groups, group ``g``'s
     attention reading only its first ``widths[g]`` cache slots (``slot_widths``; every live
     row's position + ``steps`` must fit its group's width); None: the whole cache
-    (``forward_cached``, bucketed)."""
+    (``forward_cached``, bucketed). ``fused``: with ``widths``, the groups' cache pass as
+    elementwise products and sums (``forward_cached_groups``)."""
     target = bind_target(cfg, tparams)
     B, S = state.pos_B.shape[0], state.cache.max_len
     block_mask_BTT = jnp.ones((B, 1, 1), bool)   # a row sees itself
@@ -157,7 +158,7 @@ def step_slots(tparams, state: SlotState, key, *, cfg, steps: int, temperature: 
                                         pos_B, block_mask_BTT)
         else:
             out = target.forward_cached_groups(st.last_B[:, None], pos_B[:, None], st.cache,
-                                               pos_B, pos_B, block_mask_BTT, widths)
+                                               pos_B, pos_B, block_mask_BTT, widths, fused)
         nxt_B = sample_tokens(jax.random.fold_in(key, i), target.logits(out.hidden[:, 0]),
                               temperature)
         return (SlotState(out.cache, jnp.minimum(st.pos_B + 1, S - 1), nxt_B),

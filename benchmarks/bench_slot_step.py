@@ -1,0 +1,86 @@
+"""The slot-refill AR step of data collection (``train/slots.py step_slots`` with slot groups),
+its cache pass as dots or fused (``model/layers.py``, the note above ``_prefix_step``), side by
+side in one process.
+
+Rows sit at random positions (``--min-pos`` .. ``--max-pos``, sorted longest first as the
+collector ranks them); the 4 groups read the widths ``slot_widths`` gives for ``--steps`` more
+steps. Each arm compiles once, then the timed calls alternate arms. Prints a markdown table.
+
+    python -m benchmarks.bench_slot_step [--batch 128] [--calls 4] [--steps 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ARMS = {"dots (slot-major)": False, "fused": True}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--slots", type=int, default=1280, help="cache positions per row")
+    ap.add_argument("--min-pos", type=int, default=60)
+    ap.add_argument("--max-pos", type=int, default=700)
+    ap.add_argument("--steps", type=int, default=24, help="AR steps per call")
+    ap.add_argument("--calls", type=int, default=4, help="timed calls per arm")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if not 0 <= args.min_pos < args.max_pos or args.max_pos + args.steps > args.slots:
+        raise SystemExit(f"positions {args.min_pos}..{args.max_pos} + {args.steps} steps must "
+                         f"fit {args.slots} slots")
+
+    import dominotree_jax as dj
+    from dominotree_jax.assets import smollm2_gguf_path
+    from dominotree_jax.train.slots import SlotState, empty_slots, slot_widths, step_slots
+    target = dj.load_target(smollm2_gguf_path())
+    cfg = target.config
+    rng = np.random.default_rng(args.seed)
+    pos = np.sort(rng.integers(args.min_pos, args.max_pos, args.batch))[::-1]
+    widths = slot_widths((pos + args.steps).tolist(), 4, args.slots)
+    last = rng.integers(100, cfg.vocab_size, args.batch)
+    key = jax.random.key_data(jax.random.key(args.seed))
+    state = None
+
+    def call(fused):
+        nonlocal state
+        if state is None:
+            state = empty_slots(cfg, args.batch, args.slots, jnp.float32)
+        state = SlotState(state.cache, jnp.asarray(pos, jnp.int32), jnp.asarray(last, jnp.int32))
+        t0 = time.perf_counter()
+        state, toks = step_slots(target.params, state, key, cfg=cfg, steps=args.steps,
+                                 temperature=0.0, widths=widths, fused=fused)
+        jax.block_until_ready(toks)
+        return time.perf_counter() - t0
+
+    compile_s = {name: call(fused) for name, fused in ARMS.items()}
+    times = {name: [] for name in ARMS}
+    for i in range(args.calls):
+        names = list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]
+        for name in names:
+            times[name].append(call(ARMS[name]) / args.steps)
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")), "?")
+    print(f"slot step, {cpu}, jax {jax.__version__}, batch {args.batch}, positions "
+          f"{pos.min()}..{pos.max()}, group widths {widths}, {args.calls} timed calls of "
+          f"{args.steps} steps per arm (alternating)")
+    print("| cache pass | first call (compile) s | median ms/step | tok/s | ms/step per call |")
+    print("|---|---:|---:|---:|---|")
+    med = {}
+    for name in ARMS:
+        med[name] = statistics.median(times[name])
+        print(f"| {name} | {compile_s[name]:.1f} | {med[name] * 1e3:.0f} | "
+              f"{args.batch / med[name]:.0f} | "
+              + ", ".join(f"{t * 1e3:.0f}" for t in times[name]) + " |")
+    names = list(ARMS)
+    print(f"{names[0]} / {names[1]} seconds per step: {med[names[0]] / med[names[1]]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

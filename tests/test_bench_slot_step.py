@@ -1,0 +1,11 @@
+"""benchmarks/bench_slot_step.py checks its positions against the cache before loading
+anything."""
+
+import pytest
+
+from benchmarks.bench_slot_step import main
+
+
+def test_slot_step_bench_refuses_positions_past_the_cache():
+    with pytest.raises(SystemExit, match="must fit 256 slots"):
+        main(["--slots", "256", "--max-pos", "250", "--steps", "24"])
