@@ -36,7 +36,7 @@ BATCH_FIELDS = ("data", "shard_from", "shards", "trim_loops", "batch", "anchors"
 
 
 def parse_arms(specs) -> dict[str, list[str]]:
-    """``{name: flag list}`` from ``NAME=FLAGS`` strings (names unique, letters, digits, ``_-.``)."""
+    """``{name: flags}`` from ``NAME=FLAGS`` strings (unique names: letters, digits, ``_-.``)."""
     arms: dict[str, list[str]] = {}
     for spec in specs:
         name, sep, flags = spec.partition("=")
