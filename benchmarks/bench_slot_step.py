@@ -38,6 +38,7 @@ def main(argv=None):
 
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
+    from dominotree_jax.timing import cpu_model
     from dominotree_jax.train.slots import SlotState, empty_slots, slot_widths, step_slots
     target = dj.load_target(smollm2_gguf_path())
     cfg = target.config
@@ -46,12 +47,10 @@ def main(argv=None):
     widths = slot_widths((pos + args.steps).tolist(), 4, args.slots)
     last = rng.integers(100, cfg.vocab_size, args.batch)
     key = jax.random.key_data(jax.random.key(args.seed))
-    state = None
+    state = empty_slots(cfg, args.batch, args.slots, jnp.float32)
 
     def call(fused):
         nonlocal state
-        if state is None:
-            state = empty_slots(cfg, args.batch, args.slots, jnp.float32)
         state = SlotState(state.cache, jnp.asarray(pos, jnp.int32), jnp.asarray(last, jnp.int32))
         t0 = time.perf_counter()
         state, toks = step_slots(target.params, state, key, cfg=cfg, steps=args.steps,
@@ -65,9 +64,7 @@ def main(argv=None):
         names = list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]
         for name in names:
             times[name].append(call(ARMS[name]) / args.steps)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), "?")
-    print(f"slot step, {cpu}, jax {jax.__version__}, batch {args.batch}, positions "
+    print(f"slot step, {cpu_model()}, jax {jax.__version__}, batch {args.batch}, positions "
           f"{pos.min()}..{pos.max()}, group widths {widths}, {args.calls} timed calls of "
           f"{args.steps} steps per arm (alternating)")
     print("| cache pass | first call (compile) s | median ms/step | tok/s | ms/step per call |")
