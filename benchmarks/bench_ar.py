@@ -84,8 +84,9 @@ def main(argv=None):
         m.generation_config.eos_token_id = None
         hf[d] = m
     n = args.new_tokens
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), "?")
+    from dominotree_jax.timing import cpu_model
+
+    cpu = cpu_model()
     print(f"CPU: {cpu}; jax {jax.__version__}, torch {torch.__version__}; prompt {len(ids)} "
           f"tokens; {n} new tokens; median of {args.runs} interleaved runs\n")
     print("| batch | engine | dtype | tokens/s (median) | runs | / transformers (fastest) "

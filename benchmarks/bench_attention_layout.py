@@ -25,6 +25,7 @@ import numpy as np
 import dominotree_jax as dj
 import dominotree_jax.model.layers as layers
 from dominotree_jax.assets import smollm2_gguf_path
+from dominotree_jax.timing import cpu_model
 
 from benchmarks.bench_profile import profile_shape, timed
 
@@ -69,8 +70,7 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="write the markdown table here")
     args = p.parse_args(argv)
     default = layers.SLOT_MAJOR_ROWS
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), "?")
+    cpu = cpu_model()
     names = list(LAYOUTS)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [f"Score layout of the cache pass, {cpu}, float32, median of {args.repeats}, wall ms; "

@@ -17,18 +17,9 @@ import time
 import jax
 
 from dominotree_jax import product_timing as matmul
-from dominotree_jax.timing import cpu_model
+from dominotree_jax.timing import bf16_units, cpu_model
 
 
-
-
-def bf16_units() -> str:
-    try:
-        flags = set(open("/proc/cpuinfo").read().split())
-    except OSError:
-        return "unknown"
-    have = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
-    return ", ".join(have) if have else "none (no amx_bf16, no avx512_bf16)"
 
 
 def main(argv=None):

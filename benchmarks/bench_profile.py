@@ -47,6 +47,7 @@ from dominotree_jax.decoding.verify import verify
 from dominotree_jax.model import layers as L
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.target import bind_target
+from dominotree_jax.timing import cpu_model
 
 RESULTS = Path(__file__).resolve().parent / "results" / "profile.md"
 CLOCK = {"cpu": time.process_time, "wall": time.perf_counter}
@@ -275,8 +276,7 @@ def main(argv=None):
                                              16, 128)
 
     stages = list(results[shapes[0][0]])
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), "?")
+    cpu = cpu_model()
     lines = [f"Per-stage jitted timings, SmolLM2-135M {args.dtype} on {cpu}, cache of "
              f"{args.cache_len} slots "
              f"(half full), median of {args.repeats} runs, {args.clock} ms (% of the whole step). "

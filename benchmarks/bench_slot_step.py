@@ -1,12 +1,13 @@
 """The slot-refill AR step of data collection (``train/slots.py step_slots`` with slot groups),
-its cache pass as dots or fused (``model/layers.py``, the note above ``_prefix_step``), side by
-side in one process.
+its cache pass as dots or fused (``model/layers.py``, the note above ``_prefix_step``), in each
+``--dtypes`` precision of the target (weights and KV cache), side by side in one process.
 
 Rows sit at random positions (``--min-pos`` .. ``--max-pos``, sorted longest first as the
 collector ranks them); the 4 groups read the widths ``slot_widths`` gives for ``--steps`` more
 steps. Each arm compiles once, then the timed calls alternate arms. Prints a markdown table.
 
-    python -m benchmarks.bench_slot_step [--batch 128] [--calls 4] [--steps 24]
+    python -m benchmarks.bench_slot_step [--batch 128] [--calls 4] [--steps 24] \
+        [--dtypes float32,bfloat16]
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-ARMS = {"dots (slot-major)": False, "fused": True}
+CACHE_PASSES = {"dots (slot-major)": False, "fused": True}
+DTYPES = ("float32", "bfloat16")
 
 
 def main(argv=None):
@@ -31,7 +33,14 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=24, help="AR steps per call")
     ap.add_argument("--calls", type=int, default=4, help="timed calls per arm")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtypes", default="float32",
+                    help="comma-separated target precisions (weights and cache): "
+                         + ", ".join(DTYPES))
     args = ap.parse_args(argv)
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad or not dtypes or len(set(dtypes)) != len(dtypes):
+        raise SystemExit(f"--dtypes {args.dtypes!r}: give distinct names among {', '.join(DTYPES)}")
     if not 0 <= args.min_pos < args.max_pos or args.max_pos + args.steps > args.slots:
         raise SystemExit(f"positions {args.min_pos}..{args.max_pos} + {args.steps} steps must "
                          f"fit {args.slots} slots")
@@ -40,43 +49,49 @@ def main(argv=None):
     from dominotree_jax.assets import smollm2_gguf_path
     from dominotree_jax.timing import cpu_model
     from dominotree_jax.train.slots import SlotState, empty_slots, slot_widths, step_slots
-    target = dj.load_target(smollm2_gguf_path())
-    cfg = target.config
+    targets = {d: dj.load_target(smollm2_gguf_path(), dtype=d) for d in dtypes}
+    cfg = targets[dtypes[0]].config
     rng = np.random.default_rng(args.seed)
     pos = np.sort(rng.integers(args.min_pos, args.max_pos, args.batch))[::-1]
     widths = slot_widths((pos + args.steps).tolist(), 4, args.slots)
     last = rng.integers(100, cfg.vocab_size, args.batch)
     key = jax.random.key_data(jax.random.key(args.seed))
-    state = empty_slots(cfg, args.batch, args.slots, jnp.float32)
+    states = {d: empty_slots(cfg, args.batch, args.slots, jnp.dtype(d)) for d in dtypes}
+    arms = {(f"{d} {name}" if len(dtypes) > 1 else name): (d, fused)
+            for d in dtypes for name, fused in CACHE_PASSES.items()}
 
-    def call(fused):
-        nonlocal state
-        state = SlotState(state.cache, jnp.asarray(pos, jnp.int32), jnp.asarray(last, jnp.int32))
+    def call(arm):
+        dtype, fused = arm
+        state = SlotState(states[dtype].cache, jnp.asarray(pos, jnp.int32),
+                          jnp.asarray(last, jnp.int32))
         t0 = time.perf_counter()
-        state, toks = step_slots(target.params, state, key, cfg=cfg, steps=args.steps,
+        state, toks = step_slots(targets[dtype].params, state, key, cfg=cfg, steps=args.steps,
                                  temperature=0.0, widths=widths, fused=fused)
         jax.block_until_ready(toks)
+        states[dtype] = state
         return time.perf_counter() - t0
 
-    compile_s = {name: call(fused) for name, fused in ARMS.items()}
-    times = {name: [] for name in ARMS}
+    compile_s = {name: call(arm) for name, arm in arms.items()}
+    times = {name: [] for name in arms}
     for i in range(args.calls):
-        names = list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]
+        names = list(arms) if i % 2 == 0 else list(arms)[::-1]
         for name in names:
-            times[name].append(call(ARMS[name]) / args.steps)
+            times[name].append(call(arms[name]) / args.steps)
     print(f"slot step, {cpu_model()}, jax {jax.__version__}, batch {args.batch}, positions "
           f"{pos.min()}..{pos.max()}, group widths {widths}, {args.calls} timed calls of "
           f"{args.steps} steps per arm (alternating)")
     print("| cache pass | first call (compile) s | median ms/step | tok/s | ms/step per call |")
     print("|---|---:|---:|---:|---|")
     med = {}
-    for name in ARMS:
+    for name in arms:
         med[name] = statistics.median(times[name])
         print(f"| {name} | {compile_s[name]:.1f} | {med[name] * 1e3:.0f} | "
               f"{args.batch / med[name]:.0f} | "
               + ", ".join(f"{t * 1e3:.0f}" for t in times[name]) + " |")
-    names = list(ARMS)
-    print(f"{names[0]} / {names[1]} seconds per step: {med[names[0]] / med[names[1]]:.2f}")
+    fastest = min(med, key=med.get)
+    for name in arms:
+        if name != fastest:
+            print(f"{name} / {fastest} seconds per step: {med[name] / med[fastest]:.2f}")
 
 
 if __name__ == "__main__":

@@ -101,8 +101,9 @@ def main(argv=None):
             times[n].append(time.perf_counter() - t0)
         labels.append(float(m["num_labels"]))
     import jax
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), "?")
+    from dominotree_jax.timing import cpu_model
+
+    cpu = cpu_model()
     mean_labels = statistics.mean(labels[1:]) if len(labels) > 1 else labels[0]
     print(f"trainer step, {cpu}, jax {jax.__version__}, batch {tc.batch} x seq "
           f"{tr0.ds.seq_len}, {mean_labels:.0f} labels per step, {args.steps} timed steps "

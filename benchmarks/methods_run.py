@@ -248,13 +248,9 @@ def machine_info() -> dict:
     import os
     import platform
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
-                       cpu)
-    except OSError:
-        pass
+    from dominotree_jax.timing import cpu_model
+
+    cpu = cpu_model()
     devices = [str(d) for d in jax.devices()]
     info = {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "jax": jax.__version__,

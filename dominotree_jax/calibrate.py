@@ -15,8 +15,11 @@ median of ``--repeats`` timed calls of a jitted loop of ``--rounds`` rounds agai
 context of ``--context`` real tokens, the programs interleaved so load drift hits all alike:
 
 - verify ``R`` rows: the verify + accept + commit of auto mode (drafter context extension
-  included), for each ``--rows``; ``R = 1`` is auto mode's plain step;
+  included), for each ``--rows``; ``R = 1`` is auto mode's plain step, timed where decode runs
+  it: on the float32 views of 16-bit weights on CPU (``plain_step_params``);
 - draft, per method: the drafter's block forward + the chain or tree build (trees at 16 nodes).
+
+The programs run in a shuffled order each pass (``timing.interleaved_medians``).
 
 The table is written to ``$DOMINOTREE_JAX_COSTS`` or ``~/.cache/dominotree_jax/costs.json``
 under a key of backend, device kind and the two models' shapes. It is read only when asked:
@@ -93,11 +96,10 @@ class RoundPrograms:
 
         self.cache, self.ctx = prefill_both(pair.params, ids_BT[:, :context], lengths_B)
         self._bind = bind
+        self.plain_params = plain_step_params(pair.params)
 
-    def verify_loop(self, rows: int, plain_ar: bool = False):
-        """``rounds`` × auto mode's round of ``rows`` verify rows after its draft
-        (``round.sized_round`` + ``commit_rows``, argmax); ``plain_ar``: the ``ar`` round
-        (``round.fixed_round``: no taps, no drafter context) -- the unit."""
+    def _verify_fn(self, rows: int, plain_ar: bool):
+        """The jittable loop of ``verify_loop`` and its arguments."""
         from dominotree_jax.decoding.draft import draft_from_tree
         from dominotree_jax.decoding.round import (RoundInput, commit_rows, fixed_round,
                                                    sized_round)
@@ -108,17 +110,21 @@ class RoundPrograms:
         tokens_BN = jnp.broadcast_to(self.chain[:n], (B, n))
         draft = draft_from_tree(chain_tree(tokens_BN, jnp.zeros((B, n))))
 
-        def loop(params, cache, ctx, t0_B, start_B):
+        def loop(params, plain_params, cache, ctx, t0_B, start_B):
             target, drafter = self._bind(params, config)
+            # auto's plain step runs where decode runs it: on the float32 views (decode.py)
+            step_target, step_drafter = (self._bind(plain_params, config) if n == 0
+                                         else (target, drafter))
             out_BO = jnp.zeros((B, config.max_depth + 3), jnp.int32)
 
             def body(_, carry):
                 cache, ctx, out_BO = carry
                 inp = RoundInput(cache=cache, ctx=ctx, t0_B=t0_B, start_B=start_B,
                                  key=jax.random.key(0))
-                kw = dict(config=config, target=target, drafter=drafter)
-                result = (fixed_round(inp, size=0, **kw) if plain_ar
-                          else sized_round(inp, draft, num_nodes=n, **kw))
+                result = (fixed_round(inp, size=0, config=config, target=target,
+                                      drafter=drafter) if plain_ar
+                          else sized_round(inp, draft, num_nodes=n, config=config,
+                                           target=step_target, drafter=step_drafter))
                 c = commit_rows(inp, result, out_BO=out_BO, logp_BO=out_BO.astype(jnp.float32),
                                 n_B=jnp.ones((B,), jnp.int32), done_B=jnp.zeros((B,), bool),
                                 drafter=drafter)
@@ -126,34 +132,69 @@ class RoundPrograms:
 
             return jax.lax.fori_loop(0, self.rounds, body, (cache, ctx, out_BO))
 
-        fn = jax.jit(loop, donate_argnums=(1, 2))
-        state = {"cache": jax.tree.map(jnp.copy, self.cache),
-                 "ctx": None if plain_ar else jax.tree.map(jnp.copy, self.ctx)}
+        args = (self.pair.params, self.plain_params, self.cache,
+                None if plain_ar else self.ctx, self.t0_B, self.start_B)
+        return loop, args
+
+    def verify_loop(self, rows: int, plain_ar: bool = False):
+        """``rounds`` × auto mode's round of ``rows`` verify rows after its draft
+        (``round.sized_round`` + ``commit_rows``, argmax); ``plain_ar``: the ``ar`` round
+        (``round.fixed_round``: no taps, no drafter context) -- the unit. ``rows = 1`` is auto's
+        plain step, on the float32 views of 16-bit CPU weights where decode runs it so
+        (``plain_step_params``)."""
+        loop, (params, plain_params, cache, ctx, t0_B, start_B) = self._verify_fn(rows, plain_ar)
+        fn = jax.jit(loop, donate_argnums=(2, 3))
+        state = {"cache": jax.tree.map(jnp.copy, cache), "ctx": jax.tree.map(jnp.copy, ctx)}
 
         def call():
-            state["cache"], state["ctx"], out = fn(self.pair.params, state["cache"],
-                                                   state["ctx"], self.t0_B, self.start_B)
+            state["cache"], state["ctx"], out = fn(params, plain_params, state["cache"],
+                                                   state["ctx"], t0_B, start_B)
             jax.block_until_ready(out)
 
         return call
 
+    def verify_jaxpr(self, rows: int, plain_ar: bool = False):
+        """The jaxpr of ``verify_loop(rows, plain_ar)``'s program (for tests)."""
+        loop, args = self._verify_fn(rows, plain_ar)
+        return jax.make_jaxpr(loop)(*args)
+
     def draft_loop(self, config):
         """``rounds`` × ``draft.draft_round`` of ``config.method`` (drafter block forward +
-        chain/tree build)."""
+        chain/tree build), the Domino head reading the target embedding where decode's auto
+        mode reads it (the float32 view of 16-bit CPU weights)."""
         from dominotree_jax.decoding.draft import draft_round
 
-        def loop(params, ctx, t0_B, start_B):
+        def loop(params, plain_params, ctx, t0_B, start_B):
             target, drafter = self._bind(params, config)
+            head_target, _ = self._bind(plain_params, config)
 
             def body(i, acc):
-                d = draft_round(config, target, drafter, ctx, (t0_B + i) % 7, start_B)
+                d = draft_round(config, target, drafter, ctx, (t0_B + i) % 7, start_B,
+                                head_target=head_target)
                 return acc + d.tokens_BN.sum() + d.scores_BN.sum()
 
             return jax.lax.fori_loop(0, self.rounds, body, jnp.zeros((), jnp.float32))
 
         fn = jax.jit(loop)
-        return lambda: jax.block_until_ready(fn(self.pair.params, self.ctx, self.t0_B,
-                                                self.start_B))
+        return lambda: jax.block_until_ready(fn(self.pair.params, self.plain_params, self.ctx,
+                                                self.t0_B, self.start_B))
+
+
+def plain_step_params(params) -> dict:
+    """``params`` (``{"target", "drafter"}``) as auto mode's plain step reads them: the float32
+    view of each 16-bit set where decode makes one (``precision.uses_float32_view``: on CPU),
+    else the set itself. Decode makes the views once per call, before its loop, so over a
+    generation they cost next to nothing per round; made here once, outside the timed loops,
+    the calibrated plain step costs what it costs in decode (inside each timed loop of a few
+    rounds the upcast of every weight would dominate it)."""
+    from dominotree_jax.precision import float32_view, params_precision, uses_float32_view
+    backend = jax.default_backend()
+    out = {}
+    for name, tree in params.items():
+        view = tree is not None and uses_float32_view(
+            params_precision(tree, f"{name} parameters"), backend)
+        out[name] = float32_view(tree) if view else tree
+    return out
 
 
 def calibrate_batch(pair, batch: int, rows: tuple[int, ...], methods, *, context: int,

@@ -1,8 +1,10 @@
-"""Timing helper shared by the benchmarks and the cost calibration."""
+"""Timing helpers shared by the benchmarks and the cost calibration, and the machine facts
+named next to every timing (the CPU model, its bf16 matrix units)."""
 
 from __future__ import annotations
 
 import platform
+import random
 import statistics
 import time
 
@@ -16,14 +18,22 @@ def interleaved_medians(fns: dict, repeats: int, inner: int = 1,
 
     One sample is ``inner`` calls dispatched back to back, then one wait, divided by ``inner``:
     on a GPU, Python dispatch then overlaps with the device, as in the decode loop. Samples are
-    interleaved round-robin over ``fns`` so that drifting load or clocks hit all of them alike.
+    interleaved over ``fns`` so that drifting load or clocks hit all of them alike, each pass in
+    its own seeded order: in one fixed order the first function of every pass measured 20x its
+    identically shaped twin (``q`` vs ``o`` at one row on a Zen 5 EPYC,
+    ``benchmarks/results/precision/methods_zen5``), so no function keeps one place or one
+    predecessor.
     """
     for _ in range(warmup):
         for fn in fns.values():
             jax.block_until_ready(fn())
     times = {name: [] for name in fns}
+    names = list(fns)
+    order = random.Random(0)
     for _ in range(repeats):
-        for name, fn in fns.items():
+        order.shuffle(names)
+        for name in names:
+            fn = fns[name]
             t0 = time.perf_counter()
             for _ in range(inner):
                 result = fn()
@@ -32,13 +42,33 @@ def interleaved_medians(fns: dict, repeats: int, inner: int = 1,
     return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), for naming the machine next to a timing."""
+def _cpuinfo() -> str | None:
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return f.read()
     except OSError:
-        pass
+        return None
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name (``/proc/cpuinfo``, or the text ``cpuinfo``), for naming the
+    machine next to a timing."""
+    text = _cpuinfo() if cpuinfo is None else cpuinfo
+    for line in (text or "").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or "unknown"
+
+
+BF16_UNIT_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def bf16_units(cpuinfo: str | None = None) -> str:
+    """The CPU's bf16 matrix-unit flags (``amx_bf16``, ``avx512_bf16``) as one phrase: bf16
+    products only beat float32 on a CPU that has one (docs/precision.md)."""
+    text = _cpuinfo() if cpuinfo is None else cpuinfo
+    if text is None:
+        return "unknown"
+    flags = set(text.split())
+    have = [f for f in BF16_UNIT_FLAGS if f in flags]
+    return ", ".join(have) if have else "none (no amx_bf16, no avx512_bf16)"

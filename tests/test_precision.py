@@ -282,6 +282,35 @@ def test_bf16_auto_decode_upcasts_no_weight_inside_its_loop(monkeypatch):
     assert _per_iteration_upcasts(hlo, drafter_shapes) > 0
 
 
+def test_calibration_times_the_bf16_plain_step_on_the_float32_view():
+    """``calibrate`` prices auto's plain step as decode runs it on CPU: the 16-bit target's
+    products on its float32 view (made once, outside the timed loop); the verify of several
+    rows and the ``ar`` unit keep the bf16 products. Priced as a bf16 one-row forward, the
+    plain step looked 2.5x dearer than it is on a Zen 5 EPYC (methods_zen5), and auto stepped
+    plainly too seldom."""
+    from dominotree_jax.calibrate import RoundPrograms, plain_step_params
+    from dominotree_jax.model.target import init_target_params
+    tcfg, dcfg, params = tiny_pair(block_size=4)
+    tcfg = dataclasses.replace(tcfg, intermediate_size=80)   # an MLP width of its own
+    p16 = _bf16({"target": init_target_params(tcfg, 0), "drafter": params["drafter"]})
+    pair = dj.Pair(dj.Target(tcfg, p16["target"], tokenizer=None), dcfg, p16["drafter"])
+    assert uses_float32_view(BF16, jax.default_backend())
+    assert {jnp.dtype(x.dtype) for x in jax.tree.leaves(plain_step_params(p16))} == {F32}
+    progs = RoundPrograms(pair, 1, 12, 2, 5)
+    mlp = {(tcfg.hidden_size, 80), (80, tcfg.hidden_size)}
+
+    def mlp_product_dtypes(jaxpr):
+        return {str(v.aval.dtype) for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "dot_general"
+                for v in e.invars if tuple(v.aval.shape) in mlp}
+
+    assert mlp_product_dtypes(progs.verify_jaxpr(1)) == {"float32"}
+    assert mlp_product_dtypes(progs.verify_jaxpr(5)) == {"bfloat16"}
+    assert mlp_product_dtypes(progs.verify_jaxpr(1, plain_ar=True)) == {"bfloat16"}
+    # a float32 pair: nothing to view, the same parameters
+    p32 = plain_step_params(params)
+    assert all(a is b for a, b in zip(jax.tree.leaves(p32), jax.tree.leaves(params)))
+
+
 def _target_fns(tcfg, tparams, B=2, T=5, S=24):
     target = bind_target(tcfg, tparams)
     dtype = jax.tree.leaves(tparams)[0].dtype
