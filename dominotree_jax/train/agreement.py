@@ -1,0 +1,122 @@
+"""How often a stored greedy answer token is the target's own argmax, teacher-forced.
+
+The drafter learns the target's greedy continuations, so the data should be what the target
+writes. Answers collected in bf16 (``collect --dtype bfloat16``) part from float32 greedy
+decoding where two tokens' logits are within bf16 rounding of each other (docs/precision.md),
+and a row's tokens after such a parting are still the target's argmax given what came before.
+This tool measures it: every greedy answer shard's rows go through the target in ``--dtype``
+(one causal forward over prompt + answer), and each answer token is compared with the argmax at
+the position before it.
+
+    python -m dominotree_jax.train.agreement --data data/smollm2 --shard-from 362 --shards 368
+
+Prints one line per shard (its generation dtype, answer tokens, the share equal to the argmax,
+rows equal throughout) and the totals per generation dtype. Sampled shards (temperature > 0)
+are skipped: their tokens are draws, not argmaxes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dominotree_jax.config import TargetConfig
+from dominotree_jax.model.cache import KVCache
+from dominotree_jax.model.target import bind_target, causal_mask
+from dominotree_jax.train.features import WIDTHS
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def next_token_argmax(tparams, tokens_BT, *, cfg: TargetConfig):
+    """int32 ``[B, T]``: the target's argmax after positions ``0..T-1`` of a causal forward."""
+    B, T = tokens_BT.shape
+    model = bind_target(cfg, tparams)
+    cache = KVCache.zeros(cfg.num_hidden_layers, B, T, cfg.num_key_value_heads, cfg.head_dim,
+                          jax.tree.leaves(tparams)[0].dtype)
+    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    out = model(tokens_BT, pos, causal_mask(B, T, T), cache, jnp.zeros((B,), jnp.int32))
+    return jnp.argmax(model.logits(out.hidden), axis=-1).astype(jnp.int32)
+
+
+def answer_agreement(tcfg: TargetConfig, tparams, rows, batch: int = 8) -> dict:
+    """Over ``rows`` (``(token ids, prompt length)``): answer tokens, how many equal the
+    target's argmax after the tokens before them, and rows whose every answer token does."""
+    tokens = agree = rows_same = 0
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+    for k in range(0, len(order), batch):
+        idx = order[k:k + batch]
+        longest = max(len(rows[i][0]) for i in idx)
+        W = next((w for w in WIDTHS if w >= longest), longest)
+        toks = np.zeros((batch, W), np.int32)
+        for r, i in enumerate(idx):
+            toks[r, :len(rows[i][0])] = rows[i][0]
+        pred = np.asarray(next_token_argmax(tparams, jnp.asarray(toks), cfg=tcfg))
+        for r, i in enumerate(idx):
+            ids, p = rows[i]
+            if not 0 < p < len(ids):
+                raise ValueError(f"a row of {len(ids)} tokens with prompt length {p}: no answer "
+                                 "to compare")
+            same = pred[r, p - 1:len(ids) - 1] == ids[p:]
+            tokens += same.size
+            agree += int(same.sum())
+            rows_same += bool(same.all())
+    return {"rows": len(rows), "tokens": tokens, "agree": agree, "rows_same": rows_same}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.agreement",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="data/smollm2")
+    p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2 GGUF)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="the precision of the teacher-forced target")
+    p.add_argument("--shard-from", type=int, default=0, help="first answer shard (index)")
+    p.add_argument("--shards", type=int, default=None, help="answer shards before this index")
+    p.add_argument("--batch", type=int, default=8)
+    args = p.parse_args(argv)
+
+    import dominotree_jax as dj
+    from dominotree_jax.assets import smollm2_gguf_path
+    from dominotree_jax.timing import cpu_model
+    from dominotree_jax.train.shards import ShardStore
+
+    target = dj.load_target(args.target or smollm2_gguf_path(), dtype=args.dtype)
+    store = ShardStore(args.data, vocab_size=target.config.vocab_size)
+    entries = store.entries("answers")
+    stop = len(entries) if args.shards is None else args.shards
+    if not 0 <= args.shard_from < stop <= len(entries):
+        raise SystemExit(f"--shard-from {args.shard_from} --shards {stop}: the data has "
+                         f"{len(entries)} answer shards")
+    print(f"teacher-forced {args.dtype} target on {cpu_model()}; greedy answer shards "
+          f"{args.shard_from}..{stop - 1} of {args.data}")
+    totals: dict[str, dict] = {}
+    for entry in entries[args.shard_from:stop]:
+        if entry.get("temperature", 0.0) > 0:
+            continue
+        rows = [(ids, plen) for ids, plen, _ in store.entry_rows(entry)]
+        got = answer_agreement(target.config, target.params, rows, args.batch)
+        gen = entry.get("dtype", "float32")
+        t = totals.setdefault(gen, {"shards": 0, "rows": 0, "tokens": 0, "agree": 0,
+                                    "rows_same": 0})
+        t["shards"] += 1
+        for k in ("rows", "tokens", "agree", "rows_same"):
+            t[k] += got[k]
+        print(f"{entry['file']} (generated {gen}): {got['tokens']} answer tokens, "
+              f"{got['agree'] / got['tokens']:.4%} the argmax; rows equal throughout "
+              f"{got['rows_same']}/{got['rows']}", flush=True)
+    if not totals:
+        raise SystemExit("no greedy answer shard in that range")
+    for gen, t in totals.items():
+        print(f"generated {gen}: {t['shards']} shards, {t['tokens']} answer tokens, "
+              f"{t['agree'] / t['tokens']:.4%} the {args.dtype} argmax; rows equal throughout "
+              f"{t['rows_same']}/{t['rows']} ({t['rows_same'] / t['rows']:.1%})")
+    return totals
+
+
+if __name__ == "__main__":
+    main()
