@@ -20,8 +20,6 @@ from dominotree_jax import product_timing as matmul
 from dominotree_jax.timing import bf16_units, cpu_model
 
 
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -9,3 +9,9 @@ from benchmarks.bench_slot_step import main
 def test_slot_step_bench_refuses_positions_past_the_cache():
     with pytest.raises(SystemExit, match="must fit 256 slots"):
         main(["--slots", "256", "--max-pos", "250", "--steps", "24"])
+
+
+@pytest.mark.parametrize("dtypes", ["float16", "float32,float32", ","])
+def test_slot_step_bench_refuses_unknown_or_repeated_dtypes(dtypes):
+    with pytest.raises(SystemExit, match="--dtypes"):
+        main(["--dtypes", dtypes])
