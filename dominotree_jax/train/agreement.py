@@ -25,21 +25,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.model.cache import KVCache
-from dominotree_jax.model.target import bind_target, causal_mask
-from dominotree_jax.train.features import WIDTHS
+from dominotree_jax.model.target import bind_target
+from dominotree_jax.train.features import WIDTHS, teacher_forced
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def next_token_argmax(tparams, tokens_BT, *, cfg: TargetConfig):
-    """int32 ``[B, T]``: the target's argmax after positions ``0..T-1`` of a causal forward."""
-    B, T = tokens_BT.shape
-    model = bind_target(cfg, tparams)
-    cache = KVCache.zeros(cfg.num_hidden_layers, B, T, cfg.num_key_value_heads, cfg.head_dim,
-                          jax.tree.leaves(tparams)[0].dtype)
-    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-    out = model(tokens_BT, pos, causal_mask(B, T, T), cache, jnp.zeros((B,), jnp.int32))
-    return jnp.argmax(model.logits(out.hidden), axis=-1).astype(jnp.int32)
+    """int32 ``[B, T]``: the target's argmax after positions ``0..T-1`` of a causal forward
+    (the features stage's teacher-forced forward, then the LM head)."""
+    _, hidden = teacher_forced(tparams, tokens_BT, cfg=cfg, taps=())
+    return jnp.argmax(bind_target(cfg, tparams).logits(hidden), axis=-1).astype(jnp.int32)
 
 
 def answer_agreement(tcfg: TargetConfig, tparams, rows, batch: int = 8) -> dict:
