@@ -26,7 +26,7 @@ import numpy as np
 
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.target import bind_target
-from dominotree_jax.train.features import WIDTHS, teacher_forced
+from dominotree_jax.train.features import padded_batches, teacher_forced
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
@@ -40,21 +40,15 @@ def next_token_argmax(tparams, tokens_BT, *, cfg: TargetConfig):
 def answer_agreement(tcfg: TargetConfig, tparams, rows, batch: int = 8) -> dict:
     """Over ``rows`` (``(token ids, prompt length)``): answer tokens, how many equal the
     target's argmax after the tokens before them, and rows whose every answer token does."""
+    for ids, p in rows:
+        if not 0 < p < len(ids):
+            raise ValueError(f"a row of {len(ids)} tokens with prompt length {p}: no answer to "
+                             "compare")
     tokens = agree = rows_same = 0
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
-    for k in range(0, len(order), batch):
-        idx = order[k:k + batch]
-        longest = max(len(rows[i][0]) for i in idx)
-        W = next((w for w in WIDTHS if w >= longest), longest)
-        toks = np.zeros((batch, W), np.int32)
-        for r, i in enumerate(idx):
-            toks[r, :len(rows[i][0])] = rows[i][0]
+    for idx, toks in padded_batches([ids for ids, _ in rows], batch):
         pred = np.asarray(next_token_argmax(tparams, jnp.asarray(toks), cfg=tcfg))
         for r, i in enumerate(idx):
             ids, p = rows[i]
-            if not 0 < p < len(ids):
-                raise ValueError(f"a row of {len(ids)} tokens with prompt length {p}: no answer "
-                                 "to compare")
             same = pred[r, p - 1:len(ids) - 1] == ids[p:]
             tokens += same.size
             agree += int(same.sum())

@@ -38,10 +38,10 @@ def teacher_forced(tparams, tokens_BT, *, cfg: TargetConfig, taps: tuple[int, ..
     return out.taps, out.hidden
 
 
-def sequence_features(tcfg: TargetConfig, tparams, rows: list[np.ndarray], taps: tuple[int, ...],
-                      batch: int = 8) -> list[np.ndarray]:
-    """float16 ``[len(row), F + H]`` (taps, then final hidden) for each row of token ids."""
-    out: list[np.ndarray | None] = [None] * len(rows)
+def padded_batches(rows: list[np.ndarray], batch: int):
+    """``(indices, tokens [batch, W])`` for the ``rows`` of token ids, shortest first, ``batch``
+    at a time, right-padded with 0 to the smallest of ``WIDTHS`` that holds the longest (one
+    compiled forward per width)."""
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
     for k in range(0, len(order), batch):
         idx = order[k:k + batch]
@@ -50,6 +50,14 @@ def sequence_features(tcfg: TargetConfig, tparams, rows: list[np.ndarray], taps:
         toks = np.zeros((batch, W), np.int32)
         for r, i in enumerate(idx):
             toks[r, :len(rows[i])] = rows[i]
+        yield idx, toks
+
+
+def sequence_features(tcfg: TargetConfig, tparams, rows: list[np.ndarray], taps: tuple[int, ...],
+                      batch: int = 8) -> list[np.ndarray]:
+    """float16 ``[len(row), F + H]`` (taps, then final hidden) for each row of token ids."""
+    out: list[np.ndarray | None] = [None] * len(rows)
+    for idx, toks in padded_batches(rows, batch):
         t, h = jax.device_get(teacher_forced(tparams, jnp.asarray(toks), cfg=tcfg, taps=taps))
         both = np.concatenate([np.asarray(t, np.float16), np.asarray(h, np.float16)], -1)
         for r, i in enumerate(idx):
