@@ -282,6 +282,26 @@ def test_feature_cache_root_is_shared_by_data_set_name():
     assert cache_root("runs/features", "data/smollm2") == want
 
 
+def test_bf16_feature_cache_keeps_its_own_files_close_to_float32(setup):
+    root, target, ds, _, _ = setup
+    store = ds.store
+    entry = store.entries("answers")[0]
+    shard = store.read(entry)
+    f32 = FeatureCache(str(root / "features"), TCFG, target.params, TAPS, batch=8)
+    b16 = FeatureCache(str(root / "features"), TCFG, target.params, TAPS, batch=8,
+                       precision="bfloat16")
+    assert f32.path(entry) != b16.path(entry) and b16.path(entry).endswith("_bfloat16.npy")
+    assert f32.path(entry).endswith(f"{entry['file'][:-4]}_taps0-1.npy")   # name kept
+    a = f32.get(entry, shard).astype(np.float32)
+    b = b16.get(entry, shard).astype(np.float32)
+    assert os.path.exists(b16.path(entry)) and a.shape == b.shape
+    rel = np.linalg.norm(a - b) / np.linalg.norm(a)
+    assert 0 < rel < 0.05, rel          # bf16 weights round, but stay close
+    from dominotree_jax.precision import PrecisionError
+    with pytest.raises(PrecisionError, match="unknown feature precision 'int8'"):
+        FeatureCache(str(root / "features"), TCFG, target.params, TAPS, precision="int8")
+
+
 def test_dataset_from_a_later_shard(setup):
     root, target, ds, _, _ = setup
     store, feats = ds.store, ds.features
@@ -379,3 +399,17 @@ def test_keep_best_measures_the_reference_once(setup, tmp_path):
     with pytest.raises(SystemExit, match="--eval-every"):
         keep_best(types.SimpleNamespace(out=args.out, eval_every=0, keep_best=ref_dir), a, curve)
     a.close()
+
+
+def test_run_settings_fix_the_feature_precision_and_default_old_runs(tmp_path):
+    from dominotree_jax.train.__main__ import parse_args, run_settings
+    new = tmp_path / "new"
+    new.mkdir()
+    args = parse_args(["--out", str(new), "--shards", "2", "--feature-precision", "bfloat16"])
+    assert run_settings(args)["feature_precision"] == "bfloat16"
+    again = parse_args(["--out", str(new), "--feature-precision", "float32"])
+    assert run_settings(again)["feature_precision"] == "bfloat16"    # fixed by the first call
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "run.json").write_text(json.dumps({"data": "d", "shards": 3}))
+    assert run_settings(parse_args(["--out", str(old)]))["feature_precision"] == "float32"

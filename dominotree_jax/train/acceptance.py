@@ -40,6 +40,8 @@ def parse_args(argv=None):
     p.add_argument("--heldout-seqs", type=int, default=64)
     p.add_argument("--features", default="runs/features",
                    help="feature cache shared with training (the held-out data's features)")
+    p.add_argument("--feature-precision", choices=("float32", "bfloat16"), default="float32",
+                   help="weights of the target's features forward (train --feature-precision)")
     p.add_argument("--anchors", type=int, default=24, help="blocks per sequence")
     p.add_argument("--cache", default="runs/acceptance")
     p.add_argument("--json", default=None)
@@ -92,7 +94,7 @@ def main(argv=None):
         store = benchmark_store(target, name, args.n, args.prompt_seed, args.max_new,
                                 args.cache)
         feats = FeatureCache(os.path.join(store.root, "features"), target.config,
-                             target.params, taps)
+                             target.params, taps, precision=args.feature_precision)
         ds = SequenceDataset(store, feats, seq_len=512)
         results["sets"][name] = measure(target, drafters, ds, range(len(ds)), args.anchors)
         results["sets"][name]["_data"] = dict(zip(("prompt_tokens", "answer_tokens"),
@@ -101,7 +103,7 @@ def main(argv=None):
     if args.heldout_data:
         store = ShardStore(args.heldout_data, vocab_size=target.config.vocab_size)
         hcache = FeatureCache(cache_root(args.features, args.heldout_data), target.config,
-                              target.params, taps)
+                              target.params, taps, precision=args.feature_precision)
         ds = SequenceDataset(store, hcache, seq_len=320, max_shards=args.heldout_shards,
                              first_shard=args.heldout_shard_from,
                              trim_loops=args.heldout_trim_loops)
