@@ -4,7 +4,8 @@ A *precision* names the dtype the weights are stored in; everything else follows
 
 - **weights** (target, drafter, Domino head) in the precision's dtype;
 - **matrix products**: operands in the weights' dtype, accumulated and returned in float32
-  (``product``: the activation is cast to the weight's dtype at the product's input only);
+  (``product``: the activation is cast to the weight's dtype at the product's input only), and
+  so are the products of their gradients (training in bf16);
 - **float32 everywhere else**: the residual stream, RMSNorm, RoPE, softmax, logits, sampling,
   tree scores and the GRU state (``ACTIVATION_DTYPE``);
 - **KV caches** (target and drafter context) stored in the weights' dtype (half the memory in
@@ -19,6 +20,8 @@ nothing and is refused, as is any mix of the two 16-bit formats.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -88,8 +91,42 @@ def product(x: jax.Array, w: jax.Array, precision=None, operand_dtype=None) -> j
         return jax.lax.dot_general(x, w, dims, precision=precision)
     if w.dtype == jnp.float32:
         return jax.lax.dot_general(x.astype(jnp.float32), w, dims, precision=precision)
+    return _product_16bit(x, w, precision)
+
+
+def _dot_16bit(x, w, precision):
+    dims = (((x.ndim - 1,), (1,)), ((), ()))
     return jax.lax.dot_general(x.astype(w.dtype), w, dims, precision=precision,
                                preferred_element_type=ACCUMULATION_DTYPE)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _product_16bit(x, w, precision):
+    """``product`` on 16-bit weights. Its gradient products also take 16-bit operands (the
+    float32 cotangent rounded to ``w``'s dtype) with float32 accumulation: left to autodiff,
+    the transposed products mix a float32 cotangent with a 16-bit operand, which XLA runs as
+    float32 products on upcast copies (the backward of the trainer's LM head, 2/3 of its
+    products, ran so under ``--dtype bfloat16``)."""
+    return _dot_16bit(x, w, precision)
+
+
+def _product_16bit_fwd(x, w, precision):
+    # residuals are arrays: an empty one carries x's dtype for its cotangent
+    return _dot_16bit(x, w, precision), (x.astype(w.dtype), w, jnp.zeros((0,), x.dtype))
+
+
+def _product_16bit_bwd(precision, res, g):
+    x16, w, x_dtype = res
+    g16 = g.astype(w.dtype)
+    dx = jax.lax.dot_general(g16, w, (((g.ndim - 1,), (0,)), ((), ())), precision=precision,
+                             preferred_element_type=ACCUMULATION_DTYPE)
+    batch_axes = tuple(range(g.ndim - 1))
+    dw = jax.lax.dot_general(g16, x16, ((batch_axes, batch_axes), ((), ())),
+                             precision=precision, preferred_element_type=ACCUMULATION_DTYPE)
+    return dx.astype(x_dtype.dtype), dw.astype(w.dtype)
+
+
+_product_16bit.defvjp(_product_16bit_fwd, _product_16bit_bwd)
 
 
 def cast_params(tree, precision):

@@ -37,7 +37,8 @@ MOVES = {"reshape", "transpose", "broadcast_in_dim", "concatenate", "slice", "dy
          "dynamic_update_slice", "gather", "scatter", "select_n", "squeeze", "expand_dims",
          "copy", "copy_p", "pad", "convert_element_type", "split", "pjit", "jit", "while",
          "cond", "scan", "closed_call", "optimization_barrier", "stack",
-         "bitcast_convert_type"}   # (a bf16 cache stored as its bits: model/cache.py)
+         "bitcast_convert_type",   # (a bf16 cache stored as its bits: model/cache.py)
+         "custom_vjp_call"}        # (the 16-bit product with 16-bit gradient products)
 
 
 def _bf16(tree):
@@ -131,6 +132,31 @@ def test_product_casts_the_activation_and_accumulates_in_float32():
     # a float32 weight: the plain float32 product, bit for bit
     np.testing.assert_array_equal(
         product(x, w), jax.lax.dot_general(x, w, (((1,), (1,)), ((), ()))))
+
+
+def test_bf16_product_gradients_run_bf16_products_near_float32_ones():
+    x = jax.random.normal(jax.random.key(0), (2, 3, 64))
+    w = jax.random.normal(jax.random.key(1), (40, 64))
+    g = jax.random.normal(jax.random.key(2), (2, 3, 40))
+
+    def loss(x, w):
+        return jnp.sum(product(x, w) * g)
+
+    dx, dw = jax.grad(loss, argnums=(0, 1))(x, w.astype(jnp.bfloat16))
+    assert dx.dtype == F32 and dw.dtype == BF16          # each in its primal's dtype
+    np.testing.assert_allclose(np.asarray(dx), np.asarray(g @ w), rtol=0.05, atol=0.1)
+    want_dw = np.einsum("bto,bti->oi", np.asarray(g), np.asarray(x))
+    np.testing.assert_allclose(np.asarray(dw, np.float32), want_dw, rtol=0.05, atol=0.15)
+    # every product of the backward takes bf16 operands (no float32 product on an upcast copy)
+    dots = [e for e in _eqns(jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(
+        x, w.astype(jnp.bfloat16)).jaxpr) if e.primitive.name == "dot_general"]
+    assert len(dots) == 3
+    assert all(v.aval.dtype == BF16 for e in dots for v in e.invars)
+    assert all(e.outvars[0].aval.dtype == F32 for e in dots)
+    # float32 weights: autodiff's own float32 gradient, bit for bit
+    dx32 = jax.grad(loss)(x, w)
+    np.testing.assert_array_equal(dx32, jax.grad(
+        lambda x: jnp.sum(jax.lax.dot_general(x, w, (((2,), (1,)), ((), ()))) * g))(x))
 
 
 def test_float32_view_products_round_the_input_like_the_bf16_product():

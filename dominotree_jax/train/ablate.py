@@ -8,7 +8,8 @@ An arm is ``+``-joined recipe options: ``random`` / ``target`` (layer init), ``u
 ``all_anchors`` (``anchor_mode="all"``, capped at 32 anchors per sequence), ``hold`` (λ = 1 for the
 first 25 % of the steps, then down to 0.2 over the next 50 %), ``soft`` (full-distribution soft
 targets at 0.5), ``soft_topk`` (KL to the stored top-k target logits at 0.5: data collected with
-``--store-topk`` or made by ``train.backfill_topk``). The target, data, features, held-out split
+``--store-topk`` or made by ``train.backfill_topk``), ``bf16`` (the training forward and its
+gradient products in bf16, ``--dtype bfloat16``). The target, data, features, held-out split
 and evaluation are shared; only the options differ. Prints and writes the held-out teacher-forced
 chain τ (base and corrected) and per-depth accuracies of each arm.
 """
@@ -30,6 +31,7 @@ OPTIONS = {
     "hold": {"lam_hold": 0.25, "lam_ramp": 0.5, "lam_end": 0.2},
     "soft": {"soft": 0.5},
     "soft_topk": {"soft_topk": 0.5},
+    "bf16": {"dtype": "bfloat16"},
 }
 
 
@@ -42,12 +44,14 @@ def arm_options(arm: str) -> dict:
     return out
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.ablate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data/smollm2")
     p.add_argument("--features", default="runs/features")
     p.add_argument("--shards", type=int, default=6)
+    p.add_argument("--shard-from", type=int, default=0,
+                   help="train and evaluate on answer shards --shard-from .. --shards - 1")
     p.add_argument("--arms", default="random,target")
     p.add_argument("--steps", type=int, default=80)
     p.add_argument("--batch", type=int, default=4)
@@ -55,12 +59,17 @@ def main(argv=None):
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--layers", type=int, default=1)
-    p.add_argument("--train-vocab", type=int, default=8192)
+    p.add_argument("--train-vocab", type=int, default=8192,
+                   help="0: the full-vocabulary loss (as the long runs train)")
     p.add_argument("--eval-seqs", type=int, default=16)
     p.add_argument("--eval-anchors", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
 
     import numpy as np
 
@@ -80,10 +89,12 @@ def main(argv=None):
     feats = FeatureCache(cache_root(args.features, args.data), target.config, target.params,
                          dcfg.target_layer_ids, log=print)
     t0 = time.time()
-    ds = SequenceDataset(store, feats, args.seq_len, max_shards=args.shards)
+    ds = SequenceDataset(store, feats, args.seq_len, max_shards=args.shards,
+                         first_shard=args.shard_from)
     train_ids, held_ids = ds.split(5)
     held_ids = held_ids[:args.eval_seqs // 2 * 2]
-    vocab = active_vocab(ds, target.config.vocab_size, first=args.train_vocab)
+    vocab = (active_vocab(ds, target.config.vocab_size, first=args.train_vocab)
+             if args.train_vocab else None)           # 0: the full-vocabulary loss
     print(f"{len(ds)} sequences ({len(train_ids)} train, {len(held_ids)} held out), features "
           f"ready in {time.time() - t0:.0f}s", flush=True)
     results = {"args": vars(args), "arms": {}}
