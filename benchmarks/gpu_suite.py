@@ -1188,9 +1188,7 @@ def tree_kernel_choice(mode: str, *, on_gpu: bool, kernel_broken: bool):
         return (True, "Pallas (forced)") if on_gpu else ("interpret", "Pallas, interpret mode")
     if kernel_broken:  # a kernel that does not build must not hide the rest
         return False, "jnp twin (the kernel check failed)"
-    if default_device_compiles_kernel():
-        return "auto", "Pallas (auto)"
-    return "auto", "jnp twin (auto: the kernel does not compile here)"
+    return "auto", "jnp twin (auto)"
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ imports nothing from ``dominotree_jax``; the head's pieces (``split_projection``
 twin live in ``dominotree_jax/domino_head.py``.
 
 Entry points: ``expand_pallas`` (split operands, padded here or by ``pad_operands`` once per
-round), ``pad_operands``, ``resolve_use_pallas`` (``"auto"``: the kernel only where it compiles,
-``kernel_compiles_on``: CUDA compute capability >= 8.0).
+round), ``pad_operands``, ``resolve_use_pallas`` (``True`` forces the kernel; ``"auto"`` takes the
+jnp twin everywhere: on an H200 the kernel measured slower, see ``resolve_use_pallas``),
+``kernel_compiles_on`` (CUDA compute capability >= 8.0: where ``True`` can run).
 
 The kernel is a single program (grid of 1; a vmapped call gets one program per batch row): it
 loops over ``E`` in blocks (a ``[block_e, G]`` tile of W1s and an ``[M, block_e]`` tile of W2_C
@@ -44,7 +45,7 @@ from jax.experimental.pallas import triton as pltriton
 _MIN_DIM = 16          # smallest padded extent of any kernel dim
 _TILE_ELEMS = 8192     # elements per loaded tile (~64 f32 registers per thread at 4 warps)
 MAX_KERNEL_TOPK = 16   # the kernel's top-k is k unrolled rounds of max-and-mask
-MAX_KERNEL_M = 1024    # one program holds all M logits; "auto" uses jnp beyond this
+MAX_KERNEL_M = 1024    # one program holds all M logits
 
 
 def _next_pow2(n: int) -> int:
@@ -56,7 +57,7 @@ def _padded(n: int) -> int:
 
 
 # XLA hands Triton kernels only to CUDA devices of compute capability >= 8.0 (Ampere); on a T4
-# (7.5), as on Colab, the kernel would not compile, so "auto" takes the jnp twin there.
+# (7.5), as on Colab, the kernel does not compile (use_pallas=True fails there).
 MIN_COMPUTE_CAPABILITY = (8, 0)
 
 
@@ -92,10 +93,16 @@ def default_device_compiles_kernel() -> bool:
 
 
 def resolve_use_pallas(use_pallas) -> tuple[bool, bool]:
-    """Map ``"auto" | True | False | "interpret"`` to ``(use_kernel, interpret)``; ``"auto"``
-    uses the kernel where it compiles (``default_device_compiles_kernel``)."""
+    """Map ``"auto" | True | False | "interpret"`` to ``(use_kernel, interpret)``.
+
+    ``"auto"`` is the jnp twin on every device. Measured on an H200 (jax 0.11.2, 2026-12-04,
+    ``benchmarks/results/gpu/``): at the Qwen3-4B Domino head's shapes (M 64, k 8) one pop took
+    67.8 us with the kernel and 48.5 us with the twin, a whole tree build 1.70 vs 1.04 ms, and
+    DominoTree's round 7.20 vs 6.57 ms; the 8B and SmolLM2 heads' pops and builds were slower
+    with the kernel too. ``True`` still runs it (CUDA compute capability >= 8.0,
+    ``kernel_compiles_on``); ``"interpret"`` runs it anywhere, slowly."""
     if use_pallas == "auto":
-        return default_device_compiles_kernel(), False
+        return False, False
     if use_pallas == "interpret":
         return True, True
     if use_pallas in (True, False):

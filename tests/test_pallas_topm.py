@@ -86,9 +86,7 @@ def test_neg_inf_candidates():
     assert np.isneginf(np.asarray(lp[3:])).all()
 
 
-def test_auto_is_jnp_on_cpu():
-    if jax.default_backend() == "gpu":
-        pytest.skip("auto may select Pallas on a GPU: nothing to check against the jnp twin")
+def test_auto_is_the_jnp_twin():
     ops = operands(2, 24, 8, 12, 30)
     a = topm_expand(*ops, 4)
     b = topm_expand_jnp(*ops, k=4)
@@ -199,11 +197,10 @@ def test_resolve_use_pallas(monkeypatch):
     assert resolve_use_pallas(False) == (False, False)
     assert resolve_use_pallas(True) == (True, False)
     assert resolve_use_pallas("interpret") == (True, True)
-    assert resolve_use_pallas("auto") == (topm_expand.default_device_compiles_kernel(), False)
-    if jax.default_backend() != "gpu":
-        assert resolve_use_pallas("auto") == (False, False)
+    assert resolve_use_pallas("auto") == (False, False)
+    # the jnp twin even where the kernel compiles: it measured faster on an H200 (docs/gpu.md)
     monkeypatch.setattr(topm_expand, "default_device_compiles_kernel", lambda: True)
-    assert resolve_use_pallas("auto") == (True, False)
+    assert resolve_use_pallas("auto") == (False, False)
     with pytest.raises(ValueError):
         resolve_use_pallas("yes")
 

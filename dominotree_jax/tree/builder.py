@@ -47,8 +47,7 @@ from dominotree_jax.domino_head import (DominoHeadWeights, expand_split, gru_adv
                                         gru_root_state, split_projection)
 from dominotree_jax.fence import fenced
 from dominotree_jax.tree.topk import vocab_top_k
-from pallas_kernels.topm_expand import (MAX_KERNEL_M, MAX_KERNEL_TOPK, pad_operands,
-                                        resolve_use_pallas)
+from pallas_kernels.topm_expand import pad_operands, resolve_use_pallas
 
 TREE_METHODS = ("ddtree", "condstatic", "dominotree")
 # Tree methods that read the Domino head.
@@ -102,9 +101,7 @@ def check_settings(J: int, V: int, *, method: str, budget: int, node_topk: int, 
 
 def _conditional_expander(base_JV, hidden_JH, w1_EHG, w2_VE, *, k, top_m, use_pallas):
     """Return ``expand(depth, state_G) -> (token ids [k], log-probs [k])`` for one round."""
-    use_kernel, interpret = resolve_use_pallas(use_pallas)
-    if use_pallas == "auto" and (k > MAX_KERNEL_TOPK or top_m > MAX_KERNEL_M):
-        use_kernel = False  # the single-program kernel is for small k and M; True forces it
+    use_kernel, interpret = resolve_use_pallas(use_pallas)   # "auto": the jnp twin
     kernel_mode = ("interpret" if interpret else True) if use_kernel else False
     a_JE, w1s_EG = split_projection(hidden_JH, w1_EHG)
 
