@@ -43,8 +43,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dominotree_jax.domino_head import (DominoHeadWeights, expand_split, gru_advance,
-                                        gru_root_state, split_projection)
+from dominotree_jax.domino_head import (DominoHeadWeights, expand_split, gather_rows,
+                                        gru_advance, gru_root_state, split_projection)
 from dominotree_jax.fence import fenced
 from dominotree_jax.tree.topk import vocab_top_k
 from pallas_kernels.topm_expand import pad_operands, resolve_use_pallas
@@ -114,7 +114,7 @@ def _conditional_expander(base_JV, hidden_JH, w1_EHG, w2_VE, *, k, top_m, use_pa
         return expand_full
 
     baseC_JM, C_JM = _top_k(base_JV, top_m)                   # candidates, once per round
-    w2C_JME = jnp.take(w2_VE, C_JM, axis=0).astype(jnp.float32)
+    w2C_JME = gather_rows(w2_VE, C_JM).astype(jnp.float32)
     if use_kernel:                                            # pad once per round, not per pop
         a_JE, w1s_EG, baseC_JM, w2C_JME = pad_operands(a_JE, w1s_EG, baseC_JM, w2C_JME)
 
