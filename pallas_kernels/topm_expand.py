@@ -45,7 +45,6 @@ from jax.experimental.pallas import triton as pltriton
 _MIN_DIM = 16          # smallest padded extent of any kernel dim
 _TILE_ELEMS = 8192     # elements per loaded tile (~64 f32 registers per thread at 4 warps)
 MAX_KERNEL_TOPK = 16   # the kernel's top-k is k unrolled rounds of max-and-mask
-MAX_KERNEL_M = 1024    # one program holds all M logits
 
 
 def _next_pow2(n: int) -> int:
