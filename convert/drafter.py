@@ -23,7 +23,8 @@ from convert.params import fill_state
 from convert.safetensors_io import write_safetensors
 from dominotree_jax.config import (ConfigError, DrafterConfig, TargetConfig, check_drafter,
                                    check_pair)
-from dominotree_jax.model.drafter import drafter_graphdef
+from convert.errors import CheckpointError
+from dominotree_jax.model.drafter import check_draft_vocab, drafter_graphdef
 from dominotree_jax.model.state import state_to_flat
 
 _SAVE_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -62,13 +63,32 @@ def load_drafter(path: str, dtype: str | None = "float32",
     if is_orbax_dir(path):
         cfg, _ = saved_config(path, "drafter")
         _check(cfg, target_cfg)
-        return cfg, restore_saved_params(path, cfg)
+        params = restore_saved_params(path, cfg)
+        _check_d2t(cfg, params, path)
+        return cfg, params
     cfg = drafter_config(path)
     _check(cfg, target_cfg)
     named = checkpoint_names(path, read_checkpoint_tensors(path), rename_head)
     dtype = param_dtype(path, dtype, named)
     _, abstract = drafter_graphdef(cfg, dtype)
-    return cfg, fill_state(abstract, named, path, jnp.dtype(dtype))
+    params = fill_state(abstract, named, path, jnp.dtype(dtype))
+    _check_d2t(cfg, params, path)
+    return cfg, params
+
+
+def _check_d2t(cfg: DrafterConfig, params, source: str) -> None:
+    """A stored draft-to-target map must be ``draft_vocab_size`` distinct, increasing ids of
+    the target's vocabulary (``model.drafter.check_draft_vocab``)."""
+    if cfg.draft_vocab_size is None:
+        return
+    d2t = np.asarray(params["d2t"][...])
+    try:
+        ok = check_draft_vocab(d2t, cfg.vocab_size, cfg.draft_vocab_size, f"{source}: d2t")
+    except ConfigError as e:
+        raise CheckpointError(source, other=[str(e)]) from None
+    if not np.array_equal(ok, d2t):
+        raise CheckpointError(source, other=[f"{source}: d2t must list its target ids in "
+                                             "increasing order"])
 
 
 def save_drafter(path: str, cfg: DrafterConfig, params, dtype: str = "bfloat16") -> None:
@@ -80,6 +100,7 @@ def save_drafter(path: str, cfg: DrafterConfig, params, dtype: str = "bfloat16")
     hf["torch_dtype"] = dtype
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(hf, f, indent=2)
-    flat = {n: np.asarray(a).astype(np.float32).astype(_SAVE_DTYPES[dtype])
+    flat = {n: (np.asarray(a, np.int32) if np.issubdtype(np.asarray(a).dtype, np.integer)
+                else np.asarray(a).astype(np.float32).astype(_SAVE_DTYPES[dtype]))
             for n, a in state_to_flat(params).items()}
     write_safetensors(os.path.join(path, "model.safetensors"), flat, {"format": "pt"})

@@ -103,7 +103,9 @@ def _saved_metadata(path: str):
 
 
 def _saved_dtype(path: str) -> str:
-    return np.dtype(jax.tree.leaves(_saved_metadata(path))[0].dtype).name
+    floats = [np.dtype(x.dtype) for x in jax.tree.leaves(_saved_metadata(path))
+              if np.issubdtype(np.dtype(x.dtype), np.floating)]
+    return floats[0].name if floats else "float32"   # not an id map (a drafter's ``d2t``)
 
 
 def restore_params(path: str, abstract_state):

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from convert.errors import CheckpointError
-from dominotree_jax.model.state import flat_names, state_from_flat
+from dominotree_jax.model.state import flat_dtypes, flat_names, state_from_flat
 
 __all__ = ["check_shapes", "fill_state"]
 
@@ -31,11 +31,21 @@ def fill_state(abstract_state, tensors: dict[str, np.ndarray], source: str, dtyp
     """
     expected = flat_names(abstract_state)
     check_shapes(expected, {n: tuple(a.shape) for n, a in tensors.items()}, source)
+    kinds = flat_dtypes(abstract_state)
     flat = {}
     for name in expected:
         a = np.asarray(tensors[name])
         if transforms and name in transforms:
             a = transforms[name](a)
+        if np.issubdtype(kinds[name], np.integer):   # an id map (a drafter's ``d2t``)
+            if not np.issubdtype(a.dtype, np.integer):
+                raise CheckpointError(source, [], [], [], [f"{name}: integer ids expected, "
+                                                           f"the file holds {a.dtype}"])
+            flat[name] = jnp.asarray(a, kinds[name])
+            continue
+        if not np.issubdtype(a.dtype, np.floating) and a.dtype.name != "bfloat16":
+            raise CheckpointError(source, [], [], [], [f"{name}: floating-point weights "
+                                                       f"expected, the file holds {a.dtype}"])
         flat[name] = jnp.asarray(a.astype(np.float32) if a.dtype != np.float32 else a,
                                  dtype=dtype)
     return state_from_flat(abstract_state, flat)

@@ -193,6 +193,9 @@ class DrafterConfig(DecoderShape):
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None
     draft_window: int | None = None
+    # the draft vocabulary D (docs/algorithm.md §3): the drafter proposes only these target ids
+    # (the checkpoint's ``d2t`` tensor, ``draft_vocab_size`` entries); None: the full vocabulary
+    draft_vocab_size: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -239,6 +242,28 @@ class DrafterConfig(DecoderShape):
     def num_draft_positions(self) -> int:
         """``K``: drafted depths per block (``B`` with ``shift_label``, else ``B - 1``)."""
         return self.block_size if self.shift_label else self.block_size - 1
+
+    @classmethod
+    def for_target(cls, target: "TargetConfig", *, layers: int, intermediate: int,
+                   taps: tuple[int, ...], block_size: int, mask_token_id: int, gru: int = 256,
+                   emb: int = 128, draft_vocab_size: int | None = None) -> "DrafterConfig":
+        """A new Domino drafter (``shift_label``, prefix length 1) at ``target``'s shapes."""
+        return cls(
+            vocab_size=target.vocab_size, hidden_size=target.hidden_size,
+            intermediate_size=intermediate, num_hidden_layers=layers,
+            num_attention_heads=target.num_attention_heads,
+            num_key_value_heads=target.num_key_value_heads, head_dim=target.head_dim,
+            block_size=block_size, mask_token_id=mask_token_id,
+            num_target_layers=target.num_hidden_layers, target_layer_ids=tuple(taps),
+            rms_norm_eps=target.rms_norm_eps, rope_theta=target.rope_theta,
+            max_position_embeddings=target.max_position_embeddings, shift_label=True,
+            projector_type="domino", gru_hidden_dim=gru, emb_dim=emb, pure_draft_prefix_len=1,
+            draft_vocab_size=draft_vocab_size)
+
+    @property
+    def draft_vocab(self) -> int:
+        """``|D|``: the columns of the base logits and rows of the correction's output."""
+        return self.vocab_size if self.draft_vocab_size is None else self.draft_vocab_size
 
     @property
     def num_taps(self) -> int:
@@ -314,6 +339,8 @@ class DrafterConfig(DecoderShape):
             pure_draft_prefix_len=int(field("pure_draft_prefix_len", 1)),
             sliding_window=int(window) if window is not None else None,
             layer_types=tuple(types) if window is not None else None,
+            draft_vocab_size=(int(field("draft_vocab_size")) if field("draft_vocab_size")
+                              is not None else None),
         )
 
     def to_hf_dict(self) -> dict:
@@ -324,6 +351,8 @@ class DrafterConfig(DecoderShape):
         if self.is_domino:
             dflash.update(projector_type=self.projector_type, gru_hidden_dim=self.gru_hidden_dim,
                           emb_dim=self.emb_dim, pure_draft_prefix_len=self.pure_draft_prefix_len)
+        if self.draft_vocab_size is not None:
+            dflash["draft_vocab_size"] = self.draft_vocab_size
         out = {
             "architectures": ["DFlashDraftModel"],
             "model_type": "qwen3",
@@ -372,6 +401,9 @@ def drafter_problems(cfg: DrafterConfig, target_cfg: TargetConfig | None = None)
     if not 0 <= cfg.mask_token_id < vocab:
         problems.append(f"mask_token_id={cfg.mask_token_id} is outside the vocabulary "
                         f"[0, {vocab})")
+    if cfg.draft_vocab_size is not None and not 1 <= cfg.draft_vocab_size <= cfg.vocab_size:
+        problems.append(f"draft_vocab_size={cfg.draft_vocab_size} is outside [1, vocab_size="
+                        f"{cfg.vocab_size}]")
     if cfg.block_size < 2:
         problems.append(f"block_size={cfg.block_size} is too small: a block needs t0 and at "
                         "least one MASK slot (block_size >= 2)")

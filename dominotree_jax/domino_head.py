@@ -35,7 +35,9 @@ class DominoHeadWeights(NamedTuple):
     gru_w_ih: jax.Array  # [3G, H]
     gru_w_hh: jax.Array  # [3G, G]
     proj_w1: jax.Array   # [E, H+G]
-    proj_w2: jax.Array   # [V, E] (or [C, E]: a gathered subset of vocabulary rows)
+    proj_w2: jax.Array   # [D, E] over the draft vocabulary (or [C, E]: gathered rows)
+    # [D] int32: the target id of each draft-vocabulary token (None: D is the vocabulary)
+    draft_ids: jax.Array | None = None
 
 
 # ----------------------------------------------------------------------------- GRU
@@ -65,22 +67,30 @@ def gather_rows(table_VH: jax.Array, token_s: jax.Array) -> jax.Array:
 
 
 def gru_advance(head: DominoHeadWeights, token_s: jax.Array, s_sG: jax.Array, dtype=None):
-    """The state after appending ``token`` to the path: ``GRU(embed[token], s)``."""
+    """The state after appending draft-vocabulary ``token`` to the path (its target id's
+    embedding: ``GRU(embed[draft_ids[token]], s)``)."""
+    ids_s = token_s if head.draft_ids is None else jnp.take(head.draft_ids, token_s, axis=0)
+    return gru_advance_ids(head, ids_s, s_sG, dtype)
+
+
+def gru_advance_ids(head: DominoHeadWeights, ids_s: jax.Array, s_sG: jax.Array, dtype=None):
+    """The state after appending the token of target id ``ids``: ``GRU(embed[ids], s)``."""
     dtype = s_sG.dtype if dtype is None else dtype
-    x_sH = gather_rows(head.embed, token_s).astype(dtype)
+    x_sH = gather_rows(head.embed, ids_s).astype(dtype)
     # products in the weights' dtype with float32 accumulation (precision.py); state in ``dtype``
     return gru_step(x_sH, s_sG.astype(dtype), head.gru_w_ih, head.gru_w_hh).astype(dtype)
 
 
 def gru_root_state(head: DominoHeadWeights, t0_s: jax.Array, dtype=None):
-    """The root's state ``GRU(embed[t0], 0)`` → ``[..., G]``."""
+    """The root's state ``GRU(embed[t0], 0)`` → ``[..., G]`` (``t0``: a target id)."""
     dtype = head.gru_w_hh.dtype if dtype is None else dtype
     G = head.gru_w_hh.shape[-1]
-    return gru_advance(head, t0_s, jnp.zeros(jnp.shape(t0_s) + (G,), dtype))
+    return gru_advance_ids(head, t0_s, jnp.zeros(jnp.shape(t0_s) + (G,), dtype))
 
 
 def gru_path_states(head: DominoHeadWeights, tokens_sJ: jax.Array, dtype=None):
-    """States after each prefix of a known path (teacher forcing) → ``[..., J, G]``.
+    """States after each prefix of a known path of target ids (teacher forcing) →
+    ``[..., J, G]``.
 
     ``states[..., d]`` = GRU over ``tokens[..., 0..d]`` from a zero state, i.e. the state that
     conditions depth ``d``'s correction when ``tokens[..., 0]`` is ``t0``.
@@ -90,7 +100,7 @@ def gru_path_states(head: DominoHeadWeights, tokens_sJ: jax.Array, dtype=None):
     s0 = jnp.zeros(tokens_sJ.shape[:-1] + (G,), dtype)
 
     def step(s_sG, tok_s):
-        s_sG = gru_advance(head, tok_s, s_sG, dtype)
+        s_sG = gru_advance_ids(head, tok_s, s_sG, dtype)
         return s_sG, s_sG
 
     _, states_JsG = jax.lax.scan(step, s0, jnp.moveaxis(tokens_sJ, -1, 0))

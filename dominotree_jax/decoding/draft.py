@@ -81,13 +81,14 @@ def first_nodes(draft: Draft, n: int) -> Draft:
 
 def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> Draft:
     """Greedy chain of ``J`` nodes: DFlash (argmax of the base logits) or Domino (corrected).
-    ``target``: whose token embedding the Domino head reads."""
+    ``target``: whose token embedding the Domino head reads. The chain and tree builders work
+    over the drafter's draft vocabulary; the ``Draft`` holds target ids."""
     if config.method == "dflash":
         tokens_BJ, logprobs_BJ = dflash_chain(base_BJV)
     else:
         tokens_BJ, logprobs_BJ = domino_chain(drafter.head_weights(target), z_BJH, base_BJV,
                                               t0_B, config.drafter.pure_draft_prefix_len)
-    return draft_from_tree(chain_tree(tokens_BJ, logprobs_BJ))
+    return draft_from_tree(chain_tree(drafter.to_target(tokens_BJ), logprobs_BJ))
 
 
 def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> Draft:
@@ -103,7 +104,8 @@ def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> 
                                     prefix_len=config.drafter.pure_draft_prefix_len,
                                     use_pallas=config.use_pallas)
 
-    return draft_from_tree(jax.vmap(one)(base_BJV, z_BJH, t0_B))
+    tree = jax.vmap(one)(base_BJV, z_BJH, t0_B)   # tokens in the draft vocabulary
+    return draft_from_tree(tree._replace(tokens=drafter.to_target(tree.tokens)))
 
 
 def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B,

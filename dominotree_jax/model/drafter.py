@@ -30,7 +30,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from dominotree_jax.config import ConfigError, DrafterConfig
-from dominotree_jax.domino_head import DominoHeadWeights
+from dominotree_jax.domino_head import DominoHeadWeights, gather_rows
+from dominotree_jax.linalg import matmul_t
 from dominotree_jax.model.cache import (as_stored, storage_dtype, value_dtype, view_layer,
                                         write_layers_at)
 from dominotree_jax.model.layers import (Attention, Linear, RMSNorm, SwiGLU, attend, rope_cos_sin,
@@ -108,6 +109,33 @@ class PrefixGRU(nnx.Module):
                                                               dtype))
 
 
+class DraftVocab(nnx.Variable):
+    """The draft-to-target id map ``d2t [|D|]`` (int32, strictly increasing target ids): draft
+    column ``j`` is target token ``d2t[j]``. Not trained: a fixed part of the drafter."""
+
+
+def check_draft_vocab(d2t, vocab_size: int, size: int | None = None, what: str = "d2t"):
+    """Refuse a draft-to-target map that is not ``size`` distinct integer ids in
+    ``[0, vocab_size)``, naming the fault; returns it as a sorted int32 NumPy array."""
+    import numpy as np
+    a = np.asarray(d2t)
+    if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+        raise ConfigError(f"{what}: a draft vocabulary map must be a 1-D integer array, got "
+                          f"shape {a.shape} dtype {a.dtype}")
+    if size is not None and len(a) != size:
+        raise ConfigError(f"{what}: {len(a)} ids for draft_vocab_size={size}")
+    if len(a) == 0:
+        raise ConfigError(f"{what}: the draft vocabulary is empty")
+    bad = a[(a < 0) | (a >= vocab_size)]
+    if len(bad):
+        raise ConfigError(f"{what}: ids {bad[:5].tolist()} outside the target's vocabulary "
+                          f"[0, {vocab_size})")
+    uniq, counts = np.unique(a, return_counts=True)
+    if len(uniq) != len(a):
+        raise ConfigError(f"{what}: repeated ids {uniq[counts > 1][:5].tolist()}")
+    return np.sort(a).astype(np.int32)
+
+
 class SiLU(nnx.Module):
     """Parameter-free slot 1 of ``embed_proj`` (Linear, SiLU, Linear), kept for the key names."""
 
@@ -129,10 +157,13 @@ class Drafter(nnx.Module):
         if cfg.is_domino:
             G, E = cfg.gru_hidden_dim, cfg.emb_dim
             self.prefix_gru = PrefixGRU(H, G, dtype=dtype, rngs=rngs)
-            self.embed_proj = nnx.List([lin(H + G, E), SiLU(), lin(E, cfg.vocab_size)])
+            self.embed_proj = nnx.List([lin(H + G, E), SiLU(), lin(E, cfg.draft_vocab)])
         else:
             self.prefix_gru = None
             self.embed_proj = None
+        # until a checkpoint or a training run fills it: the |D| lowest ids
+        self.d2t = (None if cfg.draft_vocab_size is None
+                    else DraftVocab(jnp.arange(cfg.draft_vocab_size, dtype=jnp.int32)))
 
     @property
     def dtype(self):
@@ -213,8 +244,19 @@ class Drafter(nnx.Module):
             h_BTH = h_BTH + layer.mlp(layer.post_attention_layernorm(h_BTH))
         z_BTH = self.norm(h_BTH)
         z_BJH = z_BTH if cfg.shift_label else z_BTH[:, 1:]
-        base_BJV = target.logits(z_BJH)
-        return z_BJH, base_BJV
+        return z_BJH, self.base_logits(target, z_BJH)
+
+    def base_logits(self, target, z_sH):
+        """float32 base logits ``[..., |D|]``: the target's LM head over the draft vocabulary
+        (all of it without a draft vocabulary)."""
+        if self.d2t is None:
+            return target.logits(z_sH)
+        rows_DH = gather_rows(target.head_weight_VH, self.d2t[...])
+        return matmul_t(z_sH, rows_DH).astype(jnp.float32)
+
+    def to_target(self, tokens_s):
+        """Target ids of draft-vocabulary ``tokens`` (the identity without a draft vocabulary)."""
+        return tokens_s if self.d2t is None else jnp.take(self.d2t[...], tokens_s, axis=0)
 
     # ------------------------------------------------------------------ Domino head
     def head_weights(self, target) -> DominoHeadWeights:
@@ -223,7 +265,8 @@ class Drafter(nnx.Module):
             raise ConfigError("the Domino head needs a drafter with projector_type='domino'")
         return DominoHeadWeights(target.embed_tokens.weight[...], self.prefix_gru.weight_ih_l0[...],
                                  self.prefix_gru.weight_hh_l0[...], self.embed_proj[0].weight[...],
-                                 self.embed_proj[2].weight[...])
+                                 self.embed_proj[2].weight[...],
+                                 None if self.d2t is None else self.d2t[...])
 
 
 # ---------------------------------------------------------------------- params
@@ -257,6 +300,19 @@ def bind_drafter_float32_view(cfg: DrafterConfig, params) -> Drafter:
     return nnx.merge(graphdef, float32_view(params))
 
 
-def init_drafter_params(cfg: DrafterConfig, seed: int = 0, dtype=jnp.float32):
-    """Random parameters (tests, examples)."""
-    return nnx.state(Drafter(cfg, dtype=dtype, rngs=nnx.Rngs(seed)))
+def init_drafter_params(cfg: DrafterConfig, seed: int = 0, dtype=jnp.float32, d2t=None):
+    """Random parameters (tests, examples); ``d2t``: the draft vocabulary's target ids (for a
+    ``cfg`` with ``draft_vocab_size``; default its lowest ids)."""
+    params = nnx.state(Drafter(cfg, dtype=dtype, rngs=nnx.Rngs(seed)))
+    return params if d2t is None else with_draft_vocab(cfg, params, d2t)
+
+
+def with_draft_vocab(cfg: DrafterConfig, params, d2t):
+    """``params`` with its draft-to-target map replaced by ``d2t`` (checked:
+    ``check_draft_vocab``)."""
+    if cfg.draft_vocab_size is None:
+        raise ConfigError("this drafter has no draft vocabulary (draft_vocab_size is None)")
+    ids = check_draft_vocab(d2t, cfg.vocab_size, cfg.draft_vocab_size)
+    params = jax.tree.map(lambda x: x, params)
+    params["d2t"] = DraftVocab(jnp.asarray(ids))
+    return params

@@ -18,6 +18,12 @@ def flat_names(state) -> dict[str, tuple]:
             for path, leaf in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(state))[0]}
 
 
+def flat_dtypes(state) -> dict[str, np.dtype]:
+    """``{dotted.name: dtype}`` for every leaf of a (possibly abstract) state."""
+    return {_dotted(path): np.dtype(leaf.dtype)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(state))[0]}
+
+
 def state_to_flat(state) -> dict[str, np.ndarray]:
     """``{dotted.name: np.ndarray}`` of a concrete state (checkpoint names; the inverse of
     ``state_from_flat``)."""

@@ -160,18 +160,10 @@ def run_settings(args) -> dict:
 
 def drafter_config(run: dict, target_cfg):
     from dominotree_jax.config import DrafterConfig
-    return DrafterConfig(
-        vocab_size=target_cfg.vocab_size, hidden_size=target_cfg.hidden_size,
-        intermediate_size=run["intermediate"], num_hidden_layers=run["layers"],
-        num_attention_heads=target_cfg.num_attention_heads,
-        num_key_value_heads=target_cfg.num_key_value_heads, head_dim=target_cfg.head_dim,
-        block_size=run["block_size"], mask_token_id=run["mask_token_id"],
-        num_target_layers=target_cfg.num_hidden_layers,
-        target_layer_ids=tuple(int(t) for t in run["taps"].split(",")),
-        rms_norm_eps=target_cfg.rms_norm_eps, rope_theta=target_cfg.rope_theta,
-        max_position_embeddings=target_cfg.max_position_embeddings, shift_label=True,
-        projector_type="domino", gru_hidden_dim=run["gru"], emb_dim=run["emb"],
-        pure_draft_prefix_len=1)
+    return DrafterConfig.for_target(
+        target_cfg, layers=run["layers"], intermediate=run["intermediate"],
+        taps=tuple(int(t) for t in run["taps"].split(",")), block_size=run["block_size"],
+        mask_token_id=run["mask_token_id"], gru=run["gru"], emb=run["emb"])
 
 
 def warm_start(run: dict, target_cfg):

@@ -41,7 +41,7 @@ class SequenceDataset:
         if trim_loops < 0:
             raise ValueError(f"trim_loops must be >= 0 (0: keep loops), got {trim_loops}")
         self.store, self.features, self.seq_len = store, features, seq_len
-        self.shards, self.index, self.sources = [], [], []
+        self.shards, self.index, self.sources, self.files = [], [], [], []
         self.ends: list[int] = []    # each sequence's length in use (trimmed at its loop)
         self.trimmed_tokens = 0      # answer tokens left out by trim_loops
         self.topk_k = 0   # K of the stored top-k target logits (0: no shard has them)
@@ -56,6 +56,7 @@ class SequenceDataset:
                 self.topk_k = k
             s = len(self.shards)
             self.shards.append((shard, features.get(entry, shard)))
+            self.files.append(entry["file"])
             for r in range(len(shard["lengths"])):
                 E, L = int(shard["lengths"][r]), int(shard["prompt_lengths"][r])
                 if trim_loops:
@@ -73,6 +74,18 @@ class SequenceDataset:
 
     def __len__(self):
         return len(self.index)
+
+    def prefetch(self, seq_ids) -> None:
+        """Features computed per batch (``features.OnTheFlyFeatures``): compute those of
+        ``seq_ids`` now, in one batched forward; a no-op for stored features."""
+        if not hasattr(self.features, "prefetch"):
+            return
+        rows = []
+        for j in seq_ids:
+            s, r = self.index[int(j)]
+            off = int(self.shards[s][0]["offsets"][r])
+            rows.append((self.files[s], off, self.row(int(j))[0]))
+        self.features.prefetch(rows)
 
     def row(self, j: int) -> tuple[np.ndarray, int]:
         """(all token ids of sequence ``j``, its prompt length)."""
@@ -186,6 +199,7 @@ def make_batch(ds: SequenceDataset, seq_ids, *, anchors: int, block: int,
     if anchor_mode not in ANCHOR_MODES:
         raise ValueError(f"anchor_mode must be one of {ANCHOR_MODES}, got {anchor_mode!r}")
     B, W = len(seq_ids), ds.seq_len
+    ds.prefetch(seq_ids)
     tokens = np.full((B, W), -1, np.int32)
     feats = np.zeros((B, W, ds.feat_dim), np.float16)
     hidden = np.zeros((B, W, ds.hidden_dim), np.float16)
@@ -225,14 +239,40 @@ def make_batch(ds: SequenceDataset, seq_ids, *, anchors: int, block: int,
     return out
 
 
+def epoch_order(ids: np.ndarray, seed: int, epoch: int, weights=None) -> np.ndarray:
+    """The sequences of one epoch in training order, a pure function of ``(seed, epoch)``.
+    ``weights`` (one per id, >= 0): each id appears ``floor(w)`` times plus once more with
+    probability ``w - floor(w)`` (a mix that leans toward some kinds of data)."""
+    ids = np.asarray(ids)
+    if weights is not None:
+        w = np.asarray(weights, np.float64)
+        if w.shape != ids.shape or (w < 0).any():
+            raise ValueError(f"weights must be {ids.shape} non-negative values, got {w.shape}")
+        extra = np.random.default_rng((seed, epoch, 7)).random(len(ids)) < w - np.floor(w)
+        ids = np.repeat(ids, np.floor(w).astype(np.int64) + extra)
+    return np.random.default_rng((seed, epoch)).permutation(ids)
+
+
 def batch_stream(ds: SequenceDataset, ids: np.ndarray, *, batch: int, anchors: int, block: int,
-                 seed: int, start_step: int = 0, anchor_mode: str = "sample") -> Iterator[dict]:
-    """Deterministic infinite stream of batches; batch ``k`` depends only on (seed, k)."""
-    per_epoch = max(1, len(ids) // batch)
+                 seed: int, start_step: int = 0, anchor_mode: str = "sample",
+                 weights=None) -> Iterator[dict]:
+    """Deterministic infinite stream of batches; batch ``k`` depends only on (seed, k) (and
+    the per-sequence ``weights`` of ``epoch_order``)."""
+    epoch, first = 0, 0   # the epoch holding start_step, and its first step
+    while True:
+        perm = epoch_order(ids, seed, epoch, weights)
+        per_epoch = max(1, len(perm) // batch)
+        if first + per_epoch > start_step:
+            break
+        epoch, first = epoch + 1, first + per_epoch
     step = start_step
     while True:
-        epoch, k = divmod(step, per_epoch)
-        perm = np.random.default_rng((seed, epoch)).permutation(ids)
+        k = step - first
+        if k >= per_epoch:
+            epoch, first = epoch + 1, first + per_epoch
+            perm = epoch_order(ids, seed, epoch, weights)
+            per_epoch = max(1, len(perm) // batch)
+            k = 0
         seq = perm[k * batch:(k + 1) * batch]
         if len(seq) < batch:
             seq = np.resize(perm, batch)

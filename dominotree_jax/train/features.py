@@ -117,3 +117,50 @@ class FeatureCache:
         if arr.shape != (int(shard["offsets"][-1]), self.width):
             raise ValueError(f"{path}: shape {arr.shape} does not match the shard")
         return arr
+
+
+class OnTheFlyFeatures:
+    """The same features as ``FeatureCache``, computed for each batch when it is drawn and never
+    stored: what a training run that moves between hosts uses (a cache of every shard is tens of
+    GB; a campaign commits its state, not its features). ``SequenceDataset.prefetch`` hands it
+    the batch's rows (one batched forward); ``get`` returns per-shard views that read them."""
+
+    def __init__(self, tcfg: TargetConfig, tparams, taps: tuple[int, ...], batch: int = 8,
+                 precision: str = "float32"):
+        self.precision = precision_name(precision, "feature precision")
+        if params_precision(tparams, "target parameters") != self.precision:
+            tparams = cast_params(tparams, self.precision)
+        self.tcfg, self.tparams, self.taps, self.batch = tcfg, tparams, tuple(taps), batch
+        self.width = (len(self.taps) + 1) * tcfg.hidden_size
+        self._rows: dict[tuple[str, int], np.ndarray] = {}
+
+    def get(self, entry: dict, shard: dict) -> "_PrefetchedShard":
+        return _PrefetchedShard(self, entry["file"], np.asarray(shard["offsets"]))
+
+    def prefetch(self, rows: list[tuple[str, int, np.ndarray]]) -> None:
+        """Compute the features of ``rows`` = ``(shard file, row offset, token ids)``; they
+        replace the previous batch's."""
+        feats = sequence_features(self.tcfg, self.tparams, [t for _, _, t in rows], self.taps,
+                                  self.batch)
+        self._rows = {(f, off): x for (f, off, _), x in zip(rows, feats)}
+
+
+class _PrefetchedShard:
+    """One shard's features as ``SequenceDataset.get`` slices them, ``[off + lo : off + end]``
+    within one row, served from the rows ``OnTheFlyFeatures.prefetch`` computed."""
+
+    def __init__(self, source: OnTheFlyFeatures, file: str, offsets: np.ndarray):
+        self.source, self.file, self.offsets = source, file, offsets
+
+    def __getitem__(self, sl: slice) -> np.ndarray:
+        r = int(np.searchsorted(self.offsets, sl.start, side="right")) - 1
+        off = int(self.offsets[r])
+        try:
+            row = self.source._rows[(self.file, off)]
+        except KeyError:
+            raise KeyError(f"features of {self.file} row {r} were not prefetched "
+                           "(SequenceDataset.prefetch before get)") from None
+        if sl.stop - off > len(row):
+            raise ValueError(f"{self.file} row {r}: {sl.stop - off} positions asked, "
+                             f"{len(row)} prefetched")
+        return row[sl.start - off:sl.stop - off]

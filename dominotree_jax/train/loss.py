@@ -41,6 +41,12 @@ class _SubsetHead:
         return matmul_t(hidden_sH, self.head_weight_VH).astype(jnp.float32)
 
 
+def draft_column_index(d2t_D, vocab_size: int):
+    """``[V]`` int32: the draft-vocabulary column of each target id, -1 outside ``D``."""
+    return jnp.full((vocab_size,), -1, jnp.int32).at[d2t_D].set(
+        jnp.arange(d2t_D.shape[0], dtype=jnp.int32))
+
+
 def flat_to_state(cfg: DrafterConfig, flat: dict):
     """An ``nnx.State`` for ``cfg`` from ``{dotted.name: array}`` (jit-safe)."""
     _, abstract = drafter_graphdef(cfg, "float32")
@@ -89,10 +95,13 @@ def block_logits(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batc
 
     With ``vocab_ids [Va]`` the logits are computed over those vocabulary rows only (column
     ``j`` is token ``vocab_ids[j]``; targets stay token ids): the full-vocabulary LM head is
-    the dominant training cost on a CPU.
+    the dominant training cost on a CPU. A drafter with a draft vocabulary computes its own
+    columns (``d2t``) and ignores ``vocab_ids``.
     """
     drafter = bind_drafter(dcfg, dparams)
     target = bind_target(tcfg, jax.lax.stop_gradient(tparams))
+    if dcfg.draft_vocab_size is not None:   # the drafter's own columns: its draft vocabulary
+        vocab_ids = None
     head = target if vocab_ids is None else _SubsetHead(target, vocab_ids)
     J = dcfg.num_draft_positions
     ctx_A, t0, anchor_A, lab = anchored_blocks(drafter, dcfg, batch)
@@ -196,14 +205,17 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
     if soft and soft_topk:
         raise ValueError("choose one kind of soft targets: soft (full distribution) or "
                          "soft_topk (stored top-k logits)")
+    if dcfg.draft_vocab_size is not None:   # columns = the drafter's draft vocabulary
+        vocab_ids = dparams["d2t"][...]
+        vocab_index = draft_column_index(vocab_ids, tcfg.vocab_size)
     base, corr, tgt = block_logits(dcfg, tcfg, dparams, tparams, batch, vocab_ids)
+    valid = tgt >= 0          # a label exists (a label outside the columns counts as missed)
     if vocab_ids is not None:
-        tgt = jnp.where(tgt >= 0, vocab_index[jnp.maximum(tgt, 0)], -1)
+        tgt = jnp.where(valid, vocab_index[jnp.maximum(tgt, 0)], -1)
     J = tgt.shape[1]
-    valid = tgt >= 0
     vf = valid.astype(jnp.float32)
-    w = depth_weights(J, gamma)[None, :] * vf
-    ce_b, ce_c = _ce(base, tgt), _ce(corr, tgt)
+    w = depth_weights(J, gamma)[None, :] * (tgt >= 0).astype(jnp.float32)
+    ce_b, ce_c = _ce(base, tgt), _ce(corr, tgt)   # (zero weight where tgt < 0)
     hb, hc = ce_b, ce_c
     if soft:
         p_t = jax.nn.softmax(target_soft_logits(tcfg, tparams, batch, vocab_ids), axis=-1)
@@ -222,12 +234,13 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
         hb = hb * until_fail_mask(acc_b, valid, until_fail_floor)
         hc = hc * until_fail_mask(acc_c, valid, until_fail_floor)
     loss = jnp.sum(w * ((1.0 - lam) * hc + lam * hb)) / jnp.maximum(jnp.sum(w), 1.0)
+    inside = (tgt >= 0).astype(jnp.float32)   # labels inside the columns (the loss's)
     n_d = jnp.maximum(jnp.sum(vf, axis=0), 1.0)
     full = jnp.all(valid, axis=1)  # blocks whose J labels all exist
     metrics = {
         "loss": loss,
-        "base_loss": jnp.sum(vf * ce_b) / jnp.maximum(jnp.sum(vf), 1.0),
-        "corr_loss": jnp.sum(vf * ce_c) / jnp.maximum(jnp.sum(vf), 1.0),
+        "base_loss": jnp.sum(inside * ce_b) / jnp.maximum(jnp.sum(inside), 1.0),
+        "corr_loss": jnp.sum(inside * ce_c) / jnp.maximum(jnp.sum(inside), 1.0),
         "base_acc_d": jnp.sum(acc_b, axis=0) / n_d,   # [J]
         "corr_acc_d": jnp.sum(acc_c, axis=0) / n_d,   # [J]
         # Greedy chain acceptance (τ = leading correct depths + 1) on full blocks: teacher

@@ -95,13 +95,19 @@ def init_params(dcfg: DrafterConfig, seed: int, tparams=None) -> dict:
     """Random drafter parameters as ``{name: float32 array}``. The correction's output layer
     starts at zero so the corrected logits start equal to the base logits, and the final
     norm starts as the target's (``z`` then has the scale the shared LM head expects)."""
-    flat = {k: jnp.asarray(v, jnp.float32)
-            for k, v in state_to_flat(init_drafter_params(dcfg, seed)).items()}
+    flat = trainable(state_to_flat(init_drafter_params(dcfg, seed)))
     if tparams is not None:
         flat["norm.weight"] = jnp.array(tparams["norm"]["weight"][...], jnp.float32, copy=True)
     if dcfg.is_domino:
         flat["embed_proj.2.weight"] = jnp.zeros_like(flat["embed_proj.2.weight"])
     return flat
+
+
+def trainable(flat: dict) -> dict:
+    """The trained parameters of a flat drafter dict as float32 copies: all but the integer
+    draft-to-target map ``d2t`` (fixed for a run; the trainer passes it on beside them)."""
+    return {k: jnp.array(v, jnp.float32, copy=True) for k, v in flat.items()
+            if not np.issubdtype(np.asarray(v).dtype, np.integer)}
 
 
 def fill_untrained_rows(flat: dict, vocab_ids) -> dict:
@@ -131,9 +137,15 @@ def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_ind
     lam = (curriculum_lambda(step, tc.steps, tc.lam_hold, tc.lam_ramp, tc.lam_end)
            if tc.curriculum else jnp.float32(0.0))
 
+    if dcfg.draft_vocab_size is not None:   # the drafter's fixed d2t, not a trained leaf
+        fixed, vocab_ids, vocab_index = {"d2t": vocab_ids}, None, None
+    else:
+        fixed = {}
+
     def f(p):
         p = cast_params(p, tc.dtype)   # float32 master weights; gradients flow back through it
-        return loss_and_metrics(dcfg, tcfg, flat_to_state(dcfg, p), tparams, batch, lam,
+        return loss_and_metrics(dcfg, tcfg, flat_to_state(dcfg, {**p, **fixed}), tparams, batch,
+                                lam,
                                 tc.gamma, vocab_ids, vocab_index, tc.soft,
                                 soft_topk=tc.soft_topk, until_fail=tc.until_fail,
                                 until_fail_floor=tc.until_fail_floor)
@@ -161,9 +173,12 @@ class Trainer:
 
     def __init__(self, dcfg: DrafterConfig, tcfg: TargetConfig, tparams, ds, train_ids,
                  tc: TrainConfig, ckpt_dir: str, log_dir: str | None = None,
-                 progress: bool = True, vocab_ids=None, init_flat: dict | None = None):
+                 progress: bool = True, vocab_ids=None, init_flat: dict | None = None,
+                 seq_weights=None):
         """``vocab_ids``: optional sorted token ids the training softmax is restricted to
-        (``dataset.active_vocab``); evaluation always uses the full vocabulary. ``init_flat``:
+        (``dataset.active_vocab``); evaluation always uses the full vocabulary. For a drafter
+        with a draft vocabulary (``dcfg.draft_vocab_size``) they are its ``d2t`` map, required,
+        and training and evaluation both run over it. ``init_flat``:
         starting parameters ``{name: array}`` (warm start, e.g. an exported drafter); a
         checkpoint in ``ckpt_dir`` takes precedence. ``tc.layer_init="target"`` copies the
         target's last layers into a new drafter's (``target_init``; not with ``init_flat``)."""
@@ -178,6 +193,13 @@ class Trainer:
         # the frozen target in the training forward's precision (evaluation keeps ``tparams``)
         self.train_tparams = (tparams if tc.dtype == "float32"
                               else cast_params(tparams, tc.dtype))
+        if dcfg.draft_vocab_size is not None:
+            from dominotree_jax.model.drafter import check_draft_vocab
+            if vocab_ids is None:
+                raise ValueError("a drafter with a draft vocabulary trains with its d2t map: "
+                                 "give vocab_ids")
+            vocab_ids = check_draft_vocab(vocab_ids, tcfg.vocab_size, dcfg.draft_vocab_size,
+                                          "vocab_ids")
         if vocab_ids is None:
             self.vocab_ids = self.vocab_index = None
         else:
@@ -186,6 +208,8 @@ class Trainer:
             index[np.asarray(vocab_ids)] = np.arange(len(vocab_ids), dtype=np.int32)
             self.vocab_index = jnp.asarray(index)
         self.ds, self.train_ids, self.tc = ds, np.asarray(train_ids), tc
+        self.seq_weights = seq_weights   # per train id: how often an epoch holds it
+
         self.ckpt_dir = os.path.abspath(ckpt_dir)
         self.log_dir = log_dir
         self.progress = progress
@@ -196,7 +220,7 @@ class Trainer:
                 self.flat = {k: jnp.asarray(v, jnp.float32) for k, v in target_layer_init(
                     dcfg, tcfg, self.flat, tparams).items()}
         else:
-            self.flat = {k: jnp.array(v, jnp.float32, copy=True) for k, v in init_flat.items()}
+            self.flat = trainable(init_flat)
         self.opt_state = make_optimizer(tc)[0].init(self.flat)
         self.step = 0
         self.key = jax.random.key_data(jax.random.key(tc.seed))
@@ -213,7 +237,9 @@ class Trainer:
         """The inference-ready drafter parameters as an ``nnx.State`` (for ``save_drafter`` /
         decode): with a training vocabulary subset, see ``fill_untrained_rows``."""
         flat = self.flat
-        if self.vocab_ids is not None:
+        if self.dcfg.draft_vocab_size is not None:
+            flat = {**flat, "d2t": self.vocab_ids}
+        elif self.vocab_ids is not None:
             flat = fill_untrained_rows(flat, self.vocab_ids)
         return flat_to_state(self.dcfg, flat)
 
@@ -288,9 +314,10 @@ class Trainer:
         return m
 
     def fit(self, num_steps: int | None = None, deadline: float | None = None,
-            eval_fn=None, eval_every: int = 0):
+            eval_fn=None, eval_every: int = 0, on_checkpoint=None):
         """Train up to ``num_steps`` more steps (default: to ``tc.steps``), checkpointing every
-        ``ckpt_every_s`` seconds and at the end (also when ``deadline`` (epoch s) passes).
+        ``ckpt_every_s`` seconds and at the end (also when ``deadline`` (epoch s) passes);
+        ``on_checkpoint(trainer)`` runs after each of those saves.
         ``eval_fn(trainer) -> dict``: held-out metrics, logged every ``eval_every`` steps (and
         at the start of a fresh run and at the end)."""
         tc = self.tc
@@ -302,7 +329,8 @@ class Trainer:
             return self.history
         stream = batch_stream(self.ds, self.train_ids, batch=tc.batch, anchors=tc.anchors,
                               block=self.dcfg.num_draft_positions, seed=tc.seed,
-                              start_step=self.step, anchor_mode=tc.anchor_mode)
+                              start_step=self.step, anchor_mode=tc.anchor_mode,
+                              weights=self.seq_weights)
         bar = None
         if self.progress:
             from tqdm import tqdm
@@ -335,6 +363,8 @@ class Trainer:
                 now = time.time()
                 if now - last_ckpt > tc.ckpt_every_s:
                     self.save()
+                    if on_checkpoint is not None:
+                        on_checkpoint(self)
                     last_ckpt = now
                 if eval_fn is not None and eval_every and self.step % eval_every == 0:
                     self._eval_row(eval_fn)
@@ -344,6 +374,8 @@ class Trainer:
             if bar is not None:
                 bar.close()
         self.save()
+        if on_checkpoint is not None:
+            on_checkpoint(self)
         if eval_fn is not None and not (eval_every and self.step % eval_every == 0):
             self._eval_row(eval_fn)
         return self.history

@@ -1,0 +1,193 @@
+"""A drafter campaign resumes across windows and hosts from its committed files: a run stopped,
+its committed state copied to a fresh directory (nothing else) and continued computes exactly
+what an unbroken run computes when that run passes its state through the same compact form at
+the same step; against a fully unbroken float32 run the difference is the compact form's
+rounding, bounded here. Also: the compact form's quantizers, the per-batch features equal the
+cached ones, the batch order is a function of the step, and the draft vocabulary's choice."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import dominotree_jax as dj
+from dominotree_jax.config import TargetConfig
+from dominotree_jax.model.target import init_target_params
+from dominotree_jax.train import campaign as C
+from dominotree_jax.train import compact_state
+from dominotree_jax.train.dataset import SequenceDataset, batch_stream, epoch_order
+from dominotree_jax.train.draft_vocab import coverage, frequent_answer_tokens
+from dominotree_jax.train.features import FeatureCache, OnTheFlyFeatures
+from dominotree_jax.train.generate import generate_answers
+from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.trainer import TrainConfig
+
+TCFG = TargetConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    rope_theta=10000.0, architecture="LlamaForCausalLM")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("campaign")
+    params = init_target_params(TCFG, seed=0)
+    params["embed_tokens"]["weight"][...] = params["embed_tokens"]["weight"][...] * 50.0
+    target = dj.Target(TCFG, params, None)
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(1, 120, size=int(rng.integers(4, 20)))) for _ in range(24)]
+    store = ShardStore(str(root / "data"), vocab_size=TCFG.vocab_size)
+    generate_answers(target, store, [(p, "test") for p in prompts], batch=8, max_new=20,
+                     seed=0, log=lambda m: None)
+    plan = C.CampaignPlan(
+        name="tiny", data=str(root / "data"), trim_loops=0, seq_len=40, draft_vocab=48,
+        feature_precision="float32", layers=1, intermediate=96, taps=(0, 1), block_size=4,
+        gru=16, emb=16, mask_token_id=127, eval_every=0, heldout_pct=20,
+        source_weights=(("test", 1.5),),
+        train=TrainConfig(steps=8, batch=4, anchors=4, lr=3e-3, warmup=2, seed=0,
+                          ckpt_every_s=1e9, anchor_mode="all"))
+    home = str(root / "home")
+    plan = C.start(home, plan, target, log=lambda m: None)
+    return root, target, plan, home
+
+
+def _params(tr):
+    return {k: np.asarray(v) for k, v in tr.flat.items()}
+
+
+def test_quantizers_bound_their_error():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 70)).astype(np.float32)
+    y = compact_state.dequantize_int8(compact_state.quantize_int8(x), x.shape)
+    blocks = np.abs(np.concatenate([x.reshape(-1), np.zeros(-x.size % 64)])).reshape(-1, 64)
+    bound = np.repeat(blocks.max(1) / 127 / 2, 64)[:x.size].reshape(x.shape)
+    assert (np.abs(y - x) <= bound * 1.0001 + 1e-12).all()
+    v = np.exp(rng.normal(size=(300, 70)) - 8).astype(np.float32)
+    v[0, :7] = 0.0
+    w = compact_state.dequantize_log4(compact_state.quantize_log4(v), v.shape)
+    assert (w[0, :7] == 0).all() and (w[v > 0] > 0).all()
+    # half a code step on a block's log range
+    assert np.abs(np.log(w[v > 0] / v[v > 0])).max() < 0.5 * 9.0 / 14
+
+
+def test_features_per_batch_equal_the_cached_ones(setup):
+    root, target, plan, _ = setup
+    store = ShardStore(plan.data, vocab_size=TCFG.vocab_size)
+    cached = SequenceDataset(store, FeatureCache(str(root / "f"), TCFG, target.params, plan.taps),
+                             plan.seq_len)
+    fly = SequenceDataset(store, OnTheFlyFeatures(TCFG, target.params, plan.taps), plan.seq_len)
+    ids = [0, 5, 9, 13]
+    fly.prefetch(ids)
+    for j in ids:
+        a, b = cached.get(j), fly.get(j)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_allclose(a[1].astype(np.float32), b[1].astype(np.float32), atol=2e-2)
+    fly.prefetch([1])
+    with pytest.raises(KeyError, match="not prefetched"):
+        fly.get(0)
+
+
+def test_batch_order_is_a_function_of_the_step_with_weights():
+    ids = np.arange(10)
+    w = np.array([0.0, 0.5, 1, 1, 1, 2, 2, 3, 1, 1])
+    a = epoch_order(ids, 3, 1, w)
+    np.testing.assert_array_equal(a, epoch_order(ids, 3, 1, w))
+    assert 0 not in a and (a == 7).sum() == 3
+    with pytest.raises(ValueError, match="non-negative"):
+        epoch_order(ids, 3, 1, -w)
+
+
+def test_stream_resumes_at_any_step(setup):
+    _, target, plan, _ = setup
+    ds = C.dataset(plan, target)
+    ids, _ = ds.split(plan.heldout_pct)
+    w = C.sequence_weights(plan, ds, ids)
+    full = batch_stream(ds, ids, batch=4, anchors=4, block=4, seed=0, weights=w)
+    seq = [next(full)["tokens"] for _ in range(12)]
+    late = batch_stream(ds, ids, batch=4, anchors=4, block=4, seed=0, start_step=9, weights=w)
+    for k in range(9, 12):
+        np.testing.assert_array_equal(next(late)["tokens"], seq[k])
+
+
+def test_draft_vocabulary_by_frequency(setup):
+    _, target, plan, home = setup
+    ds = C.dataset(plan, target)
+    ids, held = ds.split(plan.heldout_pct)
+    d2t = np.load(os.path.join(home, "d2t.npy"))
+    assert len(d2t) == 48 and (np.diff(d2t) > 0).all()
+    np.testing.assert_array_equal(d2t, frequent_answer_tokens(ds, ids, 48, TCFG.vocab_size))
+    assert coverage(ds, ids, d2t, TCFG.vocab_size) > coverage(
+        ds, ids, np.arange(48), TCFG.vocab_size)
+    assert coverage(ds, ids, np.arange(128), TCFG.vocab_size) == 1.0
+    with pytest.raises(FileExistsError):
+        C.start(home, plan, target)
+
+
+def test_resume_from_committed_files_in_a_fresh_directory(setup, tmp_path):
+    root, target, plan, home = setup
+    # unbroken, with the compact form applied at step 3 as a window's end would
+    a = C.make_trainer(home, plan, target, ckpt_dir=str(tmp_path / "a_ckpt"))
+    a.log_dir = None
+    a.fit(num_steps=3)
+    exact_mid = (dict(a.flat), a.opt_state)
+    a.flat, a.opt_state = compact_state.roundtrip(a.flat, a.opt_state)
+    a.fit()
+    # unbroken in float32 throughout
+    u = C.make_trainer(home, plan, target, ckpt_dir=str(tmp_path / "u_ckpt"))
+    u.log_dir = None
+    u.flat, u.opt_state = exact_mid
+    u.step = 3
+    u.fit()
+    # window 1 in one home; only its committed files go to a fresh home (another host)
+    w1 = str(tmp_path / "w1")
+    shutil.copytree(home, w1)
+    b = C.make_trainer(w1, plan, target, ckpt_dir=str(tmp_path / "b_ckpt"))
+    b.fit(num_steps=3)
+    C.save_committed(w1, b)
+    b.close()
+    w2 = str(tmp_path / "w2")
+    os.makedirs(w2)
+    for name in ("campaign.json", "d2t.npy", "state.npz", "state.json", "train_log.csv"):
+        shutil.copy(os.path.join(w1, name), w2)
+    assert C.load_plan(w2) == plan
+    c = C.make_trainer(w2, plan, target, ckpt_dir=str(tmp_path / "c_ckpt"))   # fresh ckpt
+    assert c.step == 3
+    c.fit()
+    assert c.step == a.step == 8
+    for k, v in _params(a).items():
+        np.testing.assert_array_equal(v, np.asarray(c.flat[k]), err_msg=k)
+    # the compact form's cost: parameters within bf16 rounding plus a few steps of drift
+    for k, v in _params(u).items():
+        scale = np.abs(v).max() + 1e-6
+        assert np.abs(v - np.asarray(c.flat[k])).max() <= 0.05 * scale, k
+    with open(os.path.join(w2, "train_log.csv")) as f:
+        assert len(f.read().strip().splitlines()) == 1 + 8   # the curve accumulates
+    c.close()
+    a.close()
+    u.close()
+
+
+def test_a_campaign_refuses_what_it_cannot_continue(setup, tmp_path):
+    _, target, plan, home = setup
+    with pytest.raises(FileNotFoundError, match="no campaign"):
+        C.load_plan(str(tmp_path))
+    bad = str(tmp_path / "bad")
+    shutil.copytree(home, bad)
+    tr = C.make_trainer(bad, plan, target, ckpt_dir=str(tmp_path / "ck"))
+    tr.fit(num_steps=1)
+    C.save_committed(bad, tr)
+    tr.close()
+    with np.load(os.path.join(bad, "state.npz")) as z:
+        arrays = {k: z[k] for k in z.files if k != "p/fc.weight"}
+    np.savez(os.path.join(bad, "state.npz"), **arrays)
+    with pytest.raises(KeyError, match="lacks p/fc.weight"):
+        C.make_trainer(bad, plan, target, ckpt_dir=str(tmp_path / "ck2"))
+    meta = json.load(open(os.path.join(bad, "state.json")))
+    assert meta["step"] == 1 and meta["bytes"] > 0
+    with pytest.raises(ValueError, match="draft vocabulary size"):
+        frequent_answer_tokens(None, [], 0, 128)
+    assert dataclasses.replace(plan, name="x").name == "x"
