@@ -140,3 +140,31 @@ def test_the_map_travels_with_the_released_layout_and_bad_files_are_refused(tmp_
     with pytest.raises(ConfigError, match="draft_vocab_size=99 is outside"):
         from dominotree_jax.config import check_drafter
         check_drafter(dataclasses.replace(dcfg, draft_vocab_size=99))
+
+
+def test_auto_budget_over_a_draft_vocabulary_is_identical_to_ar():
+    from dominotree_jax.decoding.costs import CostTable
+    prompt = jnp.array([3, 17, 5, 9, 33, 2, 8])
+    tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
+    ref = jdecode(params, prompt, config=_cfg(tcfg, dcfg, "ar", max_new_tokens=24))
+    seq = np.concatenate([np.asarray(prompt), np.asarray(ref.tokens[0])])
+    d2t = np.union1d(np.asarray(ref.tokens[0]), [0, 1, 2])
+    tcfg, dcfg, params = _pair_with_vocab(d2t)
+    cheap = CostTable(verify=((1, 1.0), (17, 1.6)),
+                      draft=tuple((m, 0.1) for m in METHODS), source="test")
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", budget="auto",
+                       node_topk=3, top_m=8, auto_costs=cheap, max_new_tokens=24)
+    with oracle_in_draft_columns(seq, d2t, tcfg.vocab_size):
+        out = fresh_jit_decode()(params, prompt[None], None, config=cfg)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    assert int(np.asarray(out.accept_lengths).max()) > 1
+
+
+def test_the_rollout_refresher_keeps_the_map_fixed():
+    from dominotree_jax.rollout.drafter_refresh import DrafterRefresher
+    d2t = np.array([0, 3, 4, 9, 20, 33, 40, 63])
+    tcfg, dcfg, params = _pair_with_vocab(d2t)
+    ref = DrafterRefresher(dcfg, tcfg, params["drafter"], lr=1e-3, anchors=2)
+    assert "d2t" not in ref.flat and all(v.dtype == jnp.float32 for v in ref.flat.values())
+    np.testing.assert_array_equal(np.asarray(ref.state["d2t"][...]), d2t)
+    assert ref.vocab_size == 8

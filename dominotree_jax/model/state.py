@@ -44,3 +44,11 @@ def state_from_flat(abstract_state, flat: dict):
     state = jax.tree.map(lambda x: x, abstract_state)
     nnx.replace_by_pure_dict(state, pure)
     return state
+
+
+def trainable(flat: dict) -> dict:
+    """The trained parameters of a flat drafter dict as float32 copies: all but integer leaves
+    (the draft-to-target map ``d2t``, fixed for a run and passed on beside them)."""
+    import jax.numpy as jnp
+    return {k: jnp.array(v, jnp.float32, copy=True) for k, v in flat.items()
+            if not np.issubdtype(np.asarray(v).dtype, np.integer)}

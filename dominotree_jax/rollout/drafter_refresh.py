@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dominotree_jax.model.state import state_to_flat
+from dominotree_jax.model.state import state_to_flat, trainable
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.train.loss import (block_logits, flat_to_state, leading_correct,
                                        loss_and_metrics)
@@ -63,7 +63,10 @@ def chain_tau(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batch) 
     that have at least one label."""
     _, corr, tgt = block_logits(dcfg, tcfg, dparams, tparams, batch)
     valid = tgt >= 0
-    ok = (jnp.argmax(corr, -1) == tgt) & valid
+    pred = jnp.argmax(corr, -1)                      # a draft-vocabulary column
+    if dcfg.draft_vocab_size is not None:
+        pred = jnp.take(dparams["d2t"][...], pred, axis=0)
+    ok = (pred == tgt) & valid
     has = valid[:, 0]
     lead = jnp.where(has, leading_correct(ok, valid), 0)
     return 1.0 + jnp.sum(lead) / jnp.maximum(jnp.sum(has), 1)
@@ -108,9 +111,12 @@ class DrafterRefresher:
             index = np.full((tcfg.vocab_size,), -1, np.int32)
             index[ids] = np.arange(ids.size, dtype=np.int32)
             vocab_ids_V, vocab_index_V = jnp.asarray(ids), jnp.asarray(index)
-        self.vocab_size = tcfg.vocab_size if vocab_ids is None else int(vocab_ids_V.shape[0])
-        self.flat = {k: jnp.asarray(v, jnp.float32)
-                     for k, v in state_to_flat(drafter_state).items()}
+        self.vocab_size = dcfg.draft_vocab if vocab_ids is None else int(vocab_ids_V.shape[0])
+        flat = state_to_flat(drafter_state)
+        # the draft vocabulary's map is fixed: it rides beside the trained leaves
+        fixed = {} if dcfg.draft_vocab_size is None else {"d2t": jnp.asarray(flat["d2t"])}
+        self.fixed = fixed
+        self.flat = trainable(flat)
         self.opt = optax.chain(optax.clip_by_global_norm(clip),
                                optax.adamw(lr, b1=0.9, b2=0.95, weight_decay=weight_decay))
         self.opt_state = self.opt.init(self.flat)
@@ -129,10 +135,11 @@ class DrafterRefresher:
                                           key, self.anchors, self.block)
 
             def f(p):
-                return loss_and_metrics(dcfg, tcfg, flat_to_state(dcfg, p), tparams, batch,
-                                        0.0, gamma, vocab_ids_V, vocab_index_V)
+                return loss_and_metrics(dcfg, tcfg, flat_to_state(dcfg, {**p, **fixed}), tparams,
+                                        batch, 0.0, gamma, vocab_ids_V, vocab_index_V)
 
-            tau_before = chain_tau(dcfg, tcfg, flat_to_state(dcfg, flat), tparams, batch)
+            tau_before = chain_tau(dcfg, tcfg, flat_to_state(dcfg, {**flat, **fixed}), tparams,
+                                   batch)
             (loss, m), grads = jax.value_and_grad(f, has_aux=True)(flat)
             updates, opt_state = self.opt.update(grads, opt_state, flat)
             # what this step trained on, computed from the batch inside the program: rows, and
@@ -147,7 +154,7 @@ class DrafterRefresher:
         def evaluate(flat, tparams, prompt_BT, lengths_B, tokens_BY, num_B, feats_BWF, key):
             batch = rollout_drafter_batch(prompt_BT, lengths_B, tokens_BY, num_B, feats_BWF,
                                           key, self.anchors, self.block)
-            return chain_tau(dcfg, tcfg, flat_to_state(dcfg, flat), tparams, batch)
+            return chain_tau(dcfg, tcfg, flat_to_state(dcfg, {**flat, **fixed}), tparams, batch)
 
         self._step = jax.jit(step, donate_argnums=(0, 1), compiler_options=compiler_options)
         self._eval = jax.jit(evaluate, compiler_options=compiler_options)
@@ -161,7 +168,7 @@ class DrafterRefresher:
     def state(self):
         """The drafter parameters as an ``nnx.State`` (``DominoTreeRollout.update_drafter_params``
         / ``decode``'s ``params["drafter"]``), copied: ``step`` donates its buffers."""
-        return flat_to_state(self.dcfg, jax.tree.map(jnp.copy, self.flat))
+        return flat_to_state(self.dcfg, {**jax.tree.map(jnp.copy, self.flat), **self.fixed})
 
     def _compiled_for(self, args):
         """The step compiled for these argument shapes (once each; ``traces`` counts them),

@@ -26,13 +26,14 @@ RUN_FIELDS = ("data", "shard_from", "trim_loops", "feature_precision", "shards",
               "batch", "anchors", "seq_len", "lr", "warmup", "gamma", "soft", "curriculum",
               "train_vocab", "heldout_pct", "warm_start", "grow_layers",
               "seed", "layer_init", "anchor_mode", "until_fail", "until_fail_floor", "soft_topk",
-              "lam_hold", "lam_ramp", "lam_end", "dtype")
+              "lam_hold", "lam_ramp", "lam_end", "dtype", "draft_vocab")
 # Settings added after v3: a run.json written before them gets these values (the old recipe).
 RUN_DEFAULTS = {"layer_init": "random", "anchor_mode": "sample", "until_fail": False,
                 "until_fail_floor": 0.0, "soft_topk": 0.0, "lam_hold": 0.0, "lam_ramp": 0.5,
                 "lam_end": 0.0, "dtype": "float32"}
 # The same for data settings added after v3 (not TrainConfig fields).
-DATA_DEFAULTS = {"shard_from": 0, "trim_loops": 0, "feature_precision": "float32"}
+DATA_DEFAULTS = {"shard_from": 0, "trim_loops": 0, "feature_precision": "float32",
+                 "draft_vocab": 0}
 
 
 STAGES = ("features", "train", "export", "all")
@@ -112,6 +113,9 @@ def parse_args(argv=None):
     p.add_argument("--train-vocab", type=int, default=0,
                    help="0 = full-vocabulary softmax; N = only every token of the data plus "
                    "the first N ids (cheaper on a CPU; evaluation is always full-vocabulary)")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="D",
+                   help="a new drafter over a draft vocabulary: the D most frequent answer "
+                   "tokens of the training split (its d2t map; 0: the full vocabulary)")
     p.add_argument("--heldout-pct", type=int, default=5, help="held-out prompts (by hash), %%")
     p.add_argument("--ckpt-minutes", type=float, default=4.0)
     p.add_argument("--deadline", default=None, help="UTC HH:MM: stop training (checkpoint)")
@@ -163,7 +167,8 @@ def drafter_config(run: dict, target_cfg):
     return DrafterConfig.for_target(
         target_cfg, layers=run["layers"], intermediate=run["intermediate"],
         taps=tuple(int(t) for t in run["taps"].split(",")), block_size=run["block_size"],
-        mask_token_id=run["mask_token_id"], gru=run["gru"], emb=run["emb"])
+        mask_token_id=run["mask_token_id"], gru=run["gru"], emb=run["emb"],
+        draft_vocab_size=run.get("draft_vocab") or None)
 
 
 def warm_start(run: dict, target_cfg):
@@ -206,7 +211,17 @@ def _trainer(args, target):
     dcfg, init_flat = warm_start(run, target.config)
     ds = dataset(args, run, target, dcfg)
     vocab = None
-    if run["train_vocab"]:
+    if run.get("draft_vocab"):
+        if run["warm_start"] or run["train_vocab"]:
+            raise SystemExit("--draft-vocab starts a new drafter over its own columns: drop "
+                             "--warm-start and --train-vocab")
+        path = os.path.join(args.out, "d2t.npy")
+        if not os.path.exists(path):  # fixed at the first training run: resume stays exact
+            from dominotree_jax.train.draft_vocab import frequent_answer_tokens
+            np.save(path, frequent_answer_tokens(ds, ds.split(run["heldout_pct"])[0],
+                                                 run["draft_vocab"], target.config.vocab_size))
+        vocab = np.load(path)
+    elif run["train_vocab"]:
         path = os.path.join(args.out, "train_vocab.npy")
         if not os.path.exists(path):  # fixed at the first training run: resume stays exact
             np.save(path, active_vocab(ds, target.config.vocab_size, first=run["train_vocab"]))

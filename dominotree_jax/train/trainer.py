@@ -21,7 +21,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from dominotree_jax.model.state import state_to_flat
+from dominotree_jax.model.state import state_to_flat, trainable
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import init_drafter_params
 from dominotree_jax.precision import cast_params, precision_name
@@ -101,13 +101,6 @@ def init_params(dcfg: DrafterConfig, seed: int, tparams=None) -> dict:
     if dcfg.is_domino:
         flat["embed_proj.2.weight"] = jnp.zeros_like(flat["embed_proj.2.weight"])
     return flat
-
-
-def trainable(flat: dict) -> dict:
-    """The trained parameters of a flat drafter dict as float32 copies: all but the integer
-    draft-to-target map ``d2t`` (fixed for a run; the trainer passes it on beside them)."""
-    return {k: jnp.array(v, jnp.float32, copy=True) for k, v in flat.items()
-            if not np.issubdtype(np.asarray(v).dtype, np.integer)}
 
 
 def fill_untrained_rows(flat: dict, vocab_ids) -> dict:

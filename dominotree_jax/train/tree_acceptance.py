@@ -92,7 +92,8 @@ def measure(dcfg, dparams, tcfg, tparams, ds, seq_ids, configs, *, anchors: int,
 
     J = dcfg.num_draft_positions
     prefix_len = dcfg.pure_draft_prefix_len
-    head = bind_drafter(dcfg, dparams).head_weights(bind_target(tcfg, tparams))
+    drafter = bind_drafter(dcfg, dparams)
+    head = drafter.head_weights(bind_target(tcfg, tparams))
     out_fn = jax.jit(block_outputs, static_argnames=("dcfg", "tcfg"))
     rng = np.random.default_rng(seed)
     acc: dict[str, list] = {c: [] for c in configs}
@@ -109,7 +110,7 @@ def measure(dcfg, dparams, tcfg, tparams, ds, seq_ids, configs, *, anchors: int,
             elif method == "domino":
                 toks, _ = domino_chain(head, z, base, t0, prefix_len)
             if method in ("dflash", "domino"):
-                ok = np.asarray(toks) == lab_np
+                ok = np.asarray(drafter.to_target(toks)) == lab_np
                 a = np.cumprod(ok, axis=1).sum(axis=1)
                 depths = np.tile(np.arange(J), (len(a), 1))
             else:
@@ -117,8 +118,8 @@ def measure(dcfg, dparams, tcfg, tparams, ds, seq_ids, configs, *, anchors: int,
                     bs, zz, t, head if method != "ddtree" else None, method=method,
                     budget=budget, node_topk=k, top_m=top_m, prefix_len=prefix_len,
                     use_pallas=False))(base, z, t0)
-                tk, par, dep = (np.asarray(x) for x in (tree.tokens, tree.parents,
-                                                        tree.depths))
+                tk, par, dep = (np.asarray(x) for x in (drafter.to_target(tree.tokens),
+                                                        tree.parents, tree.depths))
                 a = tree_accepted(tk, par, dep >= 0, lab_np)
                 depths = dep
             acc[c] += a[full].tolist()

@@ -159,7 +159,7 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
     conditional = corrected and method == "dominotree"
 
     if corrected:
-        if head is None or any(w is None for w in head):
+        if head is None or any(w is None for w in head[:5]):   # (draft_ids may be None)
             raise ValueError(f"{method} needs embed, gru_w_ih, gru_w_hh, proj_w1 and proj_w2")
         head = head._replace(gru_w_ih=head.gru_w_ih.astype(f32),
                              gru_w_hh=head.gru_w_hh.astype(f32))
