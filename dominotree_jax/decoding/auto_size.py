@@ -112,6 +112,12 @@ class AutoPolicy:
         self.can_pay = any((1 + PLAUSIBLE_ACCEPT * min(n, J)) / (self.draft_cost + v)
                            > self.ar_rate
                            for n, v in zip(self.sizes[1:], self.verify_costs[1:]))
+        # lookup drafting (config.lookup): rounds the drafter sits out may still verify the
+        # lookup paths, which cost no drafter pass
+        self.lookup = bool(config.lookup)
+        self.lookup_can_pay = self.lookup and any(
+            (1 + PLAUSIBLE_ACCEPT * min(n, J)) / v > self.ar_rate
+            for n, v in zip(self.sizes[1:], self.verify_costs[1:]))
 
     def init(self, carried: AutoState | None = None) -> AutoState:
         """The optimistic start, or a previous call's final state (``carried``)."""
@@ -135,14 +141,17 @@ class AutoPolicy:
     def calibration(self, st: AutoState):
         return jnp.clip(st.real / jnp.maximum(st.pred, 1e-6), 0.0, CALIB_MAX)
 
-    def choose(self, st: AutoState, draft, live_B) -> SizeChoice:
-        """The size maximising the batch's expected surplus (see the module docstring)."""
+    def choose(self, st: AutoState, draft, live_B, calibrated: bool = True) -> SizeChoice:
+        """The size maximising the batch's expected surplus (see the module docstring).
+        ``calibrated=False``: take the draft's scores as they are (lookup-only drafts, whose
+        scores are measured acceptance, not the drafter's probabilities)."""
         p_BN = jnp.where(draft.valid_BN, jnp.exp(draft.scores_BN.astype(jnp.float32)), 0.0)
         cum_BN = jnp.concatenate([jnp.zeros_like(p_BN[:, :1]), jnp.cumsum(p_BN, axis=1)], 1)
         pred_Bn = cum_BN[:, jnp.asarray(self.sizes)]
         live_B = live_B.astype(jnp.float32)
         rows = jnp.maximum(live_B.sum(), 1.0)
-        gain_n = jnp.sum(live_B[:, None] * (1.0 + self.calibration(st) * pred_Bn), axis=0)
+        calib = self.calibration(st) if calibrated else 1.0
+        gain_n = jnp.sum(live_B[:, None] * (1.0 + calib * pred_Bn), axis=0)
         rho = jnp.maximum(self.ar_rate, st.rate)
         surplus_n = gain_n - rho * rows * jnp.asarray(self.verify_costs, jnp.float32)
         index = jnp.argmax(surplus_n).astype(jnp.int32)   # ties: the smaller size

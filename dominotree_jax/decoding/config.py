@@ -11,7 +11,9 @@ from dominotree_jax.sampling import validate_sampling
 from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, TREE_METHODS, check_settings
 
 CHAIN_METHODS = ("dflash", "domino")
-METHODS = ("ar",) + CHAIN_METHODS + TREE_METHODS
+# "lookup": no drafter, the draft is copied from the prompt and the text so far (lookup.py)
+METHODS = ("ar",) + CHAIN_METHODS + TREE_METHODS + ("lookup",)
+DRAFTER_METHODS = CHAIN_METHODS + TREE_METHODS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +61,18 @@ class DecodeConfig:
     auto_sizes: tuple[int, ...] | None = None
     auto_costs: Any = None
     auto_probe_every: int = 8
+    # lookup drafting (decoding/lookup.py): K continuations copied from the prompt and the
+    # text so far join every round's draft (0 = off; method "lookup" takes 4 when 0); matches
+    # of lookup_ngram = (min, max) tokens, longest first, starting inside the last
+    # lookup_window positions; paths of lookup_length tokens (at most the drafter's depth);
+    # lookup_accept: P(depth d accepted | earlier accepted) per matched n (rows) and depth
+    # (columns), the scores that rank lookup nodes against the drafter's (None: measured
+    # default, lookup.DEFAULT_ACCEPT)
+    lookup: int = 0
+    lookup_ngram: tuple[int, int] = (1, 4)
+    lookup_length: int = 8
+    lookup_window: int = 1024
+    lookup_accept: tuple[tuple[float, ...], ...] | None = None
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -75,7 +89,8 @@ class DecodeConfig:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.return_features and self.method == "ar":
             raise ValueError("return_features needs a drafter's tap layers; method 'ar' has none")
-        if self.method != "ar":
+        self._check_lookup()
+        if self.method in DRAFTER_METHODS:
             if self.drafter is None:
                 raise ValueError(f"method {self.method!r} needs a drafter config")
             if self.drafter.block_size < 2:
@@ -93,6 +108,33 @@ class DecodeConfig:
         bad = [s for s in self.stop_ids if not 0 <= s < self.target.vocab_size]
         if bad:
             raise ValueError(f"stop ids outside the vocabulary: {bad}")
+
+    def _check_lookup(self):
+        if self.method == "lookup":
+            if self.lookup == 0:
+                object.__setattr__(self, "lookup", 4)
+            if self.return_features:
+                raise ValueError("return_features needs a drafter's tap layers; method "
+                                 "'lookup' has none")
+            if self.budget == "auto":
+                raise ValueError("budget='auto' needs a drafter; method 'lookup' takes a "
+                                 "fixed budget (use lookup=K with a drafting method for auto)")
+        for name, least in (("lookup", 0), ("lookup_length", 1), ("lookup_window", 1)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {v!r}")
+        ng = tuple(self.lookup_ngram)
+        object.__setattr__(self, "lookup_ngram", ng)
+        if len(ng) != 2 or not 1 <= ng[0] <= ng[1]:
+            raise ValueError(f"lookup_ngram must be (min, max) with 1 <= min <= max, got {ng!r}")
+        if self.lookup and self.method == "ar":
+            raise ValueError("lookup drafting needs a drafting method: method='lookup' (no "
+                             "drafter) or a drafter's method with lookup=K")
+        if self.lookup_accept is not None:
+            from dominotree_jax.decoding.lookup import log_accept_table
+            acc = tuple(tuple(float(x) for x in row) for row in self.lookup_accept)
+            log_accept_table(acc, self.lookup_length, ng[1])   # refused by name if bad
+            object.__setattr__(self, "lookup_accept", acc)
 
     def _resolve_auto(self):
         if isinstance(self.budget, str) and self.budget != "auto":
@@ -131,7 +173,24 @@ class DecodeConfig:
     @property
     def is_auto(self) -> bool:
         """``budget="auto"`` with a drafting method (``ar`` ignores the budget)."""
-        return self.budget == "auto" and self.method != "ar"
+        return self.budget == "auto" and self.method in DRAFTER_METHODS
+
+    @property
+    def uses_drafter(self) -> bool:
+        return self.method in DRAFTER_METHODS
+
+    @property
+    def is_tree(self) -> bool:
+        """Whether a round's draft may branch (its kept rows are then moved into place)."""
+        return self.method in TREE_METHODS or self.method == "lookup"
+
+    @property
+    def draft_depth(self) -> int:
+        """``J``: the deepest draft node's depth + 1 (the drafter's block; ``lookup_length``
+        without a drafter)."""
+        if self.method == "lookup":
+            return self.lookup_length
+        return self.drafter.num_draft_positions
 
     def replace(self, **kw) -> "DecodeConfig":
         return dataclasses.replace(self, **kw)
@@ -152,4 +211,4 @@ class DecodeConfig:
         """Longest acceptable path (nodes) in one round."""
         if self.method == "ar":
             return 0
-        return min(self.drafter.num_draft_positions, self.num_draft_nodes)
+        return min(self.draft_depth, self.num_draft_nodes)

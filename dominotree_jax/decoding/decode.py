@@ -185,7 +185,8 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
                                                 params["drafter"], "drafter parameters")
     step = functools.partial(round_step, lengths_B=lengths_B, config=config, target=target,
                              drafter=drafter, policy=policy, plain_target=plain_target,
-                             plain_drafter=plain_drafter)
+                             plain_drafter=plain_drafter,
+                             prompt_BT=(prompt_bT if rows_B is None else prompt_bT[rows_B]))
     final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), step, state)
     return _outputs(final, T, config)
 

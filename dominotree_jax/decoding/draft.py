@@ -8,12 +8,15 @@ its outputs; benchmarks call those two directly to time the stages apart.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from dominotree_jax.decoding.config import CHAIN_METHODS, DecodeConfig
+from dominotree_jax.decoding.lookup import (DEFAULT_ACCEPT, best_chain, log_accept_table,
+                                            lookup_candidates, merge_row)
 from dominotree_jax.domino_head import dflash_chain, domino_chain
 from dominotree_jax.model.drafter import bind_drafter
 from dominotree_jax.tree import Tree, build_tree_from_head, chain_tree, tree_attention
@@ -36,13 +39,13 @@ class Draft(NamedTuple):
 
 
 def tap_layers_for(config: DecodeConfig) -> tuple[int, ...]:
-    """Target layers whose outputs the drafter reads (none for ``ar``)."""
-    return () if config.method == "ar" else tuple(config.drafter.target_layer_ids)
+    """Target layers whose outputs the drafter reads (none for ``ar`` and ``lookup``)."""
+    return tuple(config.drafter.target_layer_ids) if config.uses_drafter else ()
 
 
 def bind_drafter_for(config: DecodeConfig, drafter_params):
-    """The drafter module over its parameters, or None for ``ar``."""
-    if config.method == "ar":
+    """The drafter module over its parameters, or None for ``ar`` and ``lookup``."""
+    if not config.uses_drafter:
         return None
     if drafter_params is None:
         raise ValueError(f"method {config.method!r} needs drafter parameters")
@@ -79,7 +82,46 @@ def first_nodes(draft: Draft, n: int) -> Draft:
                  draft.scores_BN[:, :n])
 
 
-def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> Draft:
+def lookup_cands(config: DecodeConfig, history):
+    """This round's lookup candidates from ``history = (seq [B, W], total [B])``."""
+    if history is None:
+        raise ValueError("lookup drafting needs the round's history (RoundInput.history)")
+    seq_BW, total_B = history
+    return lookup_candidates(seq_BW, total_B, num=config.lookup,
+                             length=min(config.lookup_length, config.draft_depth),
+                             ngram_min=config.lookup_ngram[0], ngram_max=config.lookup_ngram[1],
+                             window=config.lookup_window)
+
+
+def lookup_scores(config: DecodeConfig):
+    """``[n_max + 1, L]`` cumulative log acceptance of lookup nodes (``log_accept_table``)."""
+    return jnp.asarray(log_accept_table(config.lookup_accept or DEFAULT_ACCEPT,
+                                        min(config.lookup_length, config.draft_depth),
+                                        config.lookup_ngram[1]))
+
+
+def with_lookup(config: DecodeConfig, tree: Tree, history) -> Tree:
+    """``tree`` (a batch) and this round's lookup paths merged under the same budget."""
+    cands = lookup_cands(config, history)
+    logacc = lookup_scores(config)
+    merge = functools.partial(merge_row, budget=tree.tokens.shape[-1], depth=config.draft_depth)
+    tok, par, dep, _, sc = jax.vmap(merge, in_axes=(0,) * 8 + (None,))(
+        tree.tokens, tree.parents, tree.depths, tree.valid, tree.scores, cands.tokens_BKL,
+        cands.valid_BKL, cands.ngram_BK, logacc)
+    return Tree(tok, par, dep, sc, jnp.sum(dep >= 0, axis=-1).astype(jnp.int32))
+
+
+def lookup_draft(config: DecodeConfig, batch: int, history) -> Draft:
+    """``method="lookup"``: the best ``budget`` lookup nodes, no drafter."""
+    N = config.num_draft_nodes
+    empty = Tree(jnp.zeros((batch, N), jnp.int32), jnp.full((batch, N), -1, jnp.int32),
+                 jnp.full((batch, N), -1, jnp.int32), jnp.full((batch, N), -jnp.inf),
+                 jnp.zeros((batch,), jnp.int32))
+    return draft_from_tree(with_lookup(config, empty, history))
+
+
+def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
+                history=None) -> Draft:
     """Greedy chain of ``J`` nodes: DFlash (argmax of the base logits) or Domino (corrected).
     ``target``: whose token embedding the Domino head reads. The chain and tree builders work
     over the drafter's draft vocabulary; the ``Draft`` holds target ids."""
@@ -88,10 +130,20 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) ->
     else:
         tokens_BJ, logprobs_BJ = domino_chain(drafter.head_weights(target), z_BJH, base_BJV,
                                               t0_B, config.drafter.pure_draft_prefix_len)
-    return draft_from_tree(chain_tree(drafter.to_target(tokens_BJ), logprobs_BJ))
+    tokens_BJ = drafter.to_target(tokens_BJ)
+    if not config.lookup:
+        return draft_from_tree(chain_tree(tokens_BJ, logprobs_BJ))
+    tokens_BJ, logprobs_BJ, valid_BJ = best_chain(tokens_BJ, logprobs_BJ,
+                                                  lookup_cands(config, history),
+                                                  lookup_scores(config))
+    tree = chain_tree(tokens_BJ, jnp.where(valid_BJ, logprobs_BJ, 0.0))
+    return draft_from_tree(tree._replace(depths=jnp.where(valid_BJ, tree.depths, -1),
+                                         parents=jnp.where(valid_BJ, tree.parents, -1),
+                                         tokens=jnp.where(valid_BJ, tree.tokens, 0)))
 
 
-def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> Draft:
+def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
+               history=None) -> Draft:
     """Best-first tree of ``num_draft_nodes`` per batch row (``ddtree`` marginal,
     ``condstatic`` one correction per depth along the greedy path, ``dominotree`` conditional
     on each node's path through the Domino head)."""
@@ -105,18 +157,22 @@ def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B) -> 
                                     use_pallas=config.use_pallas)
 
     tree = jax.vmap(one)(base_BJV, z_BJH, t0_B)   # tokens in the draft vocabulary
-    return draft_from_tree(tree._replace(tokens=drafter.to_target(tree.tokens)))
+    tree = tree._replace(tokens=drafter.to_target(tree.tokens))
+    return draft_from_tree(with_lookup(config, tree, history) if config.lookup else tree)
 
 
 def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B,
-                head_target=None) -> Draft:
+                head_target=None, history=None) -> Draft:
     """The drafter's block forward after ``t0`` at positions ``start …``, then the chain or
     tree built on its outputs. ``head_target`` (default ``target``): the target whose token
     embedding the Domino head's float32 products read -- ``auto_round`` passes the float32
-    view of 16-bit weights made before the loop, so the embedding is not upcast every round."""
+    view of 16-bit weights made before the loop, so the embedding is not upcast every round.
+    ``history`` = ``(seq [B, W], total [B])``: the text so far, for lookup drafting."""
     if config.method == "ar":
         return empty_draft(t0_B.shape[0])
+    if config.method == "lookup":
+        return lookup_draft(config, t0_B.shape[0], history)
     z_BJH, base_BJV = drafter.draft(target, ctx, t0_B, start_B)
     build = chain_draft if config.method in CHAIN_METHODS else tree_draft
     return build(config, target if head_target is None else head_target, drafter, z_BJH,
-                 base_BJV, t0_B)
+                 base_BJV, t0_B, history)

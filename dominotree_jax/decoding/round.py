@@ -32,14 +32,14 @@ from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState
 from dominotree_jax.decoding.commit import (PAD, Committed, RoundRows, commit, keep_rows,
                                             write_kept)
 from dominotree_jax.decoding.config import DecodeConfig
-from dominotree_jax.decoding.draft import (Draft, draft_round, first_nodes, skipped_draft,
-                                           tap_layers_for)
+from dominotree_jax.decoding.draft import (Draft, draft_round, first_nodes, lookup_draft,
+                                           skipped_draft, tap_layers_for)
+from dominotree_jax.decoding.lookup import history
 from dominotree_jax.decoding.verify import verify_in_place, verify_rows
 from dominotree_jax.model.cache import KVCache, gather_rows, write_rows
 from dominotree_jax.model.drafter import DrafterContext
 from dominotree_jax.model.target import prefill
 from dominotree_jax.sampling import sample_tokens, sampling_logprobs
-from dominotree_jax.tree import TREE_METHODS
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Bool, Float, Int, Key
@@ -91,6 +91,8 @@ class RoundInput(NamedTuple):
     t0_B: Int[Array, " B"]          # the root: the last committed token
     start_B: Int[Array, " B"]       # the root's absolute position
     key: Key[Array, ""]            # PRNG key of this round's sampling
+    # lookup drafting: (prompt + generated tokens [B, W] packed left, their count [B])
+    history: tuple | None = None
 
 
 class Verified(NamedTuple):
@@ -180,7 +182,7 @@ def verify_and_keep(inp: RoundInput, draft: Draft, *, num_nodes: int, config: De
             target, inp.cache, inp.t0_B, inp.start_B, d.tokens_BN, d.depths_BN,
             d.ancestor_BRR, taps)
     post_BR = sample_tokens(inp.key, logits_BRV, config.temperature, config.top_k, config.top_p)
-    depth = min(config.drafter.num_draft_positions, num_nodes) if num_nodes else 0
+    depth = min(config.draft_depth, num_nodes) if num_nodes else 0
     acc = accept_walk(d.tokens_BN, d.parents_BN, d.valid_BN, post_BR, depth)
     path_lp_BPV = None
     if config.return_logprobs:
@@ -196,7 +198,7 @@ def static_size(config: DecodeConfig, policy: AutoPolicy | None) -> int | None:
     draft; None when ``auto_round`` picks it every round."""
     if policy is None:
         return config.num_draft_nodes
-    return None if policy.can_pay else 0
+    return None if policy.can_pay or policy.lookup_can_pay else 0
 
 
 def fixed_round(inp: RoundInput, *, size: int, config: DecodeConfig, target,
@@ -205,11 +207,11 @@ def fixed_round(inp: RoundInput, *, size: int, config: DecodeConfig, target,
     plain step's) accepted rows are verify rows ``0 .. a``, already at their slots; a tree's
     are written there."""
     B = inp.t0_B.shape[0]
-    draft = (draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B) if size
-             else skipped_draft(B, 0))
+    draft = (draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
+                         history=inp.history) if size else skipped_draft(B, 0))
     v = verify_and_keep(inp, draft, num_nodes=size, config=config, target=target,
                         drafter=drafter)
-    in_place = config.method not in TREE_METHODS or size == 0
+    in_place = not config.is_tree or size == 0
     cache = v.cache if in_place else write_kept(v.cache, v.rows, inp.start_B)
     return RoundResult(cache=cache, rows=v.rows, size_B=jnp.full((B,), size, jnp.int32),
                        auto=None)
@@ -230,12 +232,19 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
     plain_target = target if plain_target is None else plain_target
     plain_drafter = drafter if plain_drafter is None else plain_drafter
     drafted = policy.wants_draft(auto)
+    # a round the drafter sits out: a plain step, or (lookup drafting) the lookup paths alone
+    undrafted = (functools.partial(lookup_draft, config, B, inp.history) if policy.lookup_can_pay
+                 else lambda: skipped_draft(B, config.num_draft_nodes))
     draft = jax.lax.cond(
         drafted, lambda: draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
-                                     head_target=plain_target),
-        lambda: skipped_draft(B, config.num_draft_nodes))
+                                     head_target=plain_target, history=inp.history),
+        undrafted)
     choice = policy.choose(auto, draft, live_B)
-    choice = choice._replace(index=jnp.where(drafted, choice.index, 0))
+    if policy.lookup_can_pay:
+        alone = policy.choose(auto, draft, live_B, calibrated=False)
+        choice = jax.tree.map(lambda a, b: jnp.where(drafted, a, b), choice, alone)
+    else:
+        choice = choice._replace(index=jnp.where(drafted, choice.index, 0))
     branches = [functools.partial(_branch, num_nodes=n, config=config,
                                   target=plain_target if n == 0 else target,
                                   drafter=plain_drafter if n == 0 else drafter)
@@ -305,13 +314,20 @@ def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next
 
 
 def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
-               policy: AutoPolicy | None, plain_target=None, plain_drafter=None) -> LoopState:
+               policy: AutoPolicy | None, plain_target=None, plain_drafter=None,
+               prompt_BT=None) -> LoopState:
     """One round for every batch row: the body of ``decode``'s ``while_loop``
-    (``plain_target``, ``plain_drafter``: ``auto_round``'s)."""
+    (``plain_target``, ``plain_drafter``: ``auto_round``'s; ``prompt_BT``: each row's prompt,
+    what lookup drafting searches besides the tokens generated)."""
     next_key, key = jax.random.split(state.key)
+    hist = None
+    if config.lookup:
+        if prompt_BT is None:
+            raise ValueError("lookup drafting needs each row's prompt (round_step prompt_BT)")
+        hist = history(prompt_BT, lengths_B, state.out_BO, state.n_B)
     inp = RoundInput(cache=state.cache, ctx=state.ctx,
                      t0_B=jnp.take_along_axis(state.out_BO, (state.n_B - 1)[:, None], 1)[:, 0],
-                     start_B=lengths_B + state.n_B - 1, key=key)
+                     start_B=lengths_B + state.n_B - 1, key=key, history=hist)
     size = static_size(config, policy)
     if size is not None:
         result = fixed_round(inp, size=size, config=config, target=target, drafter=drafter)

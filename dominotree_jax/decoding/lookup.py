@@ -1,0 +1,208 @@
+"""Lookup drafting (docs/algorithm.md §4b): continuations copied from the prompt and the text
+so far, as draft branches beside (or instead of) the drafter's.
+
+``lookup_candidates`` finds, for every batch row, the places where the sequence's last ``n``
+tokens occurred before (``n`` from ``ngram_max`` down to ``ngram_min``: longest match first,
+then the latest), and returns the ``K`` tokens' continuations of length ``L`` that follow them:
+fixed shapes, no host round trip, rows independent. ``reference_candidates`` is the same in
+plain Python (tests).
+
+``merge_lookup`` puts them into one round's ``Draft`` under the same node budget: a lookup
+node's score is the log of the probability that it is accepted, from a per-(n-gram, depth)
+acceptance table measured on the target's own answers (``DEFAULT_ACCEPT``), so lookup nodes and
+the drafter's nodes (scored by the drafter's path log-probability) compete for the budget;
+nodes that repeat a path already in the tree are merged into it. For a chain method the row
+keeps whichever of the chain and the best lookup path has the longer expected accepted length.
+Verification decides what is kept, so the output stays exactly the target's.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# P(lookup depth d accepted | depths < d accepted) for a match of n = 1..4 tokens, depths 0..7:
+# measured on SmolLM2's greedy answers to 300 held-out prompts of data/smollm2, 36,599 answer
+# positions (benchmarks/results/lookup/acceptance_table.json; python -m benchmarks.lookup_table)
+DEFAULT_ACCEPT = (
+    (0.23, 0.54, 0.67, 0.75, 0.76, 0.76, 0.80, 0.77),
+    (0.54, 0.64, 0.72, 0.75, 0.77, 0.81, 0.80, 0.83),
+    (0.63, 0.71, 0.75, 0.77, 0.81, 0.82, 0.84, 0.81),
+    (0.85, 0.87, 0.89, 0.90, 0.91, 0.92, 0.92, 0.93),
+)
+
+
+class Candidates(NamedTuple):
+    tokens_BKL: jax.Array   # int32 continuation tokens
+    valid_BKL: jax.Array    # bool: the token exists (inside the sequence so far)
+    ngram_BK: jax.Array     # int32 matched length n (0: no candidate)
+
+
+def history(prompt_BT, lengths_B, out_BO, n_B):
+    """``(seq [B, T + O], total [B])``: each row's prompt then its generated tokens, packed
+    left (the prompt is right-padded to ``T``)."""
+    T = prompt_BT.shape[1]
+    W = T + out_BO.shape[1]
+    i_W = jnp.arange(W)[None]
+    both = jnp.concatenate([prompt_BT, out_BO], axis=1)
+    src = jnp.where(i_W < lengths_B[:, None], i_W, T + i_W - lengths_B[:, None])
+    return jnp.take_along_axis(both, jnp.clip(src, 0, W - 1), axis=1), lengths_B + n_B
+
+
+def lookup_candidates(seq_BW, total_B, *, num: int, length: int, ngram_min: int = 1,
+                      ngram_max: int = 4, window: int | None = None) -> Candidates:
+    """Up to ``num`` continuations of ``length`` tokens per row (see the module docstring).
+
+    A continuation starts at ``c`` when the ``n`` tokens before ``c`` equal the row's last
+    ``n`` tokens, ``c < total`` (at least one token follows) and the match starts inside the
+    last ``window`` positions. Starts are ranked by their longest ``n`` (capped at
+    ``ngram_max``), then by recency; tokens past ``total`` are invalid."""
+    B, W = seq_BW.shape
+    c_W = jnp.arange(W)
+    last_B = total_B - 1
+    run_BW = jnp.ones((B, W), bool)
+    len_BW = jnp.zeros((B, W), jnp.int32)
+    for i in range(ngram_max):   # token c-1-i against the row's token total-1-i
+        at = c_W[None] - 1 - i
+        mine = jnp.take_along_axis(seq_BW, jnp.clip(at, 0, W - 1), axis=1)
+        want = jnp.take_along_axis(seq_BW, jnp.clip(last_B - i, 0, W - 1)[:, None], axis=1)
+        run_BW = run_BW & (at >= 0) & (last_B[:, None] - i >= 0) & (mine == want)
+        len_BW = len_BW + run_BW.astype(jnp.int32)
+    lo_B = jnp.zeros_like(total_B) if window is None else total_B - window
+    ok_BW = ((len_BW >= ngram_min) & (c_W[None] < total_B[:, None])
+             & (c_W[None] - len_BW >= lo_B[:, None]))
+    rank_BW = jnp.where(ok_BW, len_BW * (W + 1) + c_W[None], -1)
+    rank_BK, start_BK = jax.lax.top_k(rank_BW, num)
+    has_BK = rank_BK >= 0
+    pos_BKL = start_BK[:, :, None] + jnp.arange(length)[None, None]
+    tokens = jnp.take_along_axis(seq_BW, jnp.clip(pos_BKL, 0, W - 1).reshape(B, -1), axis=1)
+    valid = has_BK[:, :, None] & (pos_BKL < total_B[:, None, None])
+    return Candidates(jnp.where(valid, tokens.reshape(B, num, length), 0), valid,
+                      jnp.where(has_BK, rank_BK // (W + 1), 0).astype(jnp.int32))
+
+
+def reference_candidates(seq, total: int, *, num: int, length: int, ngram_min: int = 1,
+                         ngram_max: int = 4, window: int | None = None):
+    """``lookup_candidates`` for one row in plain Python: ``[(n, start, tokens), ...]``."""
+    seq = [int(x) for x in seq[:total]]
+    found = []
+    for c in range(1, total):
+        n = 0
+        while n < ngram_max and c - 1 - n >= 0 and seq[c - 1 - n] == seq[total - 1 - n]:
+            n += 1
+        if n >= ngram_min and (window is None or c - n >= total - window):
+            found.append((n, c))
+    found.sort(key=lambda x: (-x[0], -x[1]))
+    return [(n, c, seq[c:c + length]) for n, c in found[:num]]
+
+
+def log_accept_table(accept, length: int, ngram_max: int) -> np.ndarray:
+    """``[ngram_max + 1, length]`` float32 cumulative log acceptance by matched ``n`` and depth
+    (row 0, no match: -inf); depths past the table repeat its last value, an ``n`` past it uses
+    its last row."""
+    table = np.asarray(accept, np.float64)
+    if table.ndim != 2 or (table <= 0).any() or (table > 1).any():
+        raise ValueError("lookup_accept must be rows of probabilities in (0, 1] (one row per "
+                         "matched n-gram length, one column per depth)")
+    rows = [table[min(n, len(table)) - 1] for n in range(1, ngram_max + 1)]
+    full = np.stack([np.concatenate([r, np.full(max(0, length - len(r)), r[-1])])[:length]
+                     for r in rows])
+    cum = np.cumsum(np.log(full), axis=1)
+    return np.concatenate([np.full((1, length), -np.inf), cum]).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- merging
+
+def _path_tokens(tokens_N, parents_N, depths_N, J: int):
+    """``[N, J]``: the token at each depth of the path to every node (-1 below its depth)."""
+    N = tokens_N.shape[0]
+
+    def step(P_NJ, i):
+        par = parents_N[i]
+        row = jnp.where(par >= 0, P_NJ[jnp.maximum(par, 0)], jnp.full((J,), -1, jnp.int32))
+        row = jnp.where(depths_N[i] >= 0, row.at[jnp.clip(depths_N[i], 0, J - 1)].set(
+            tokens_N[i]), jnp.full((J,), -1, jnp.int32))
+        return P_NJ.at[i].set(row), None
+
+    P, _ = jax.lax.scan(step, jnp.full((N, J), -1, jnp.int32), jnp.arange(N))
+    return P
+
+
+def merge_row(tokens_N, parents_N, depths_N, valid_N, scores_N, cand_KL, cvalid_KL, ngram_K,
+              logacc_nL, *, budget: int, depth: int):
+    """One row: the ``budget`` best nodes of the drafter's tree and the lookup paths (pop order:
+    score, then depth), duplicates merged → ``(tokens, parents, depths, valid, scores)``."""
+    N, (K, L) = tokens_N.shape[0], cand_KL.shape
+    J = depth
+    L = min(L, J)
+    cand_KL, cvalid_KL = cand_KL[:, :L], cvalid_KL[:, :L]
+    # lookup node (k, d): cumulative log acceptance; valid while the candidate's tokens exist
+    lscore_KL = jnp.where(cvalid_KL, logacc_nL[ngram_K][:, :L], -jnp.inf)
+    prefix_eq = jnp.cumprod(  # [K, K', L]: candidates k and k' agree on depths 0..d
+        (cand_KL[:, None] == cand_KL[None]) & cvalid_KL[:, None] & cvalid_KL[None], axis=2
+    ).astype(bool)
+    P_NJ = _path_tokens(tokens_N, parents_N, depths_N, J)[:, :L] if N else jnp.zeros(
+        (0, L), jnp.int32)
+    # [N, K, L]: drafter node i is the path of candidate k at depth d
+    lcum = jnp.cumprod((P_NJ[:, None, :] == cand_KL[None]) & cvalid_KL[None], axis=2).astype(bool)
+    same_NKL = lcum & (depths_N[:, None, None] == jnp.arange(L)[None, None]) & valid_N[:, None,
+                                                                                       None]
+    in_tree_KL = jnp.any(same_NKL, axis=0)
+    tree_node_KL = jnp.argmax(same_NKL, axis=0)
+    earlier_KL = jnp.argmax(prefix_eq, axis=1)          # first k' with the same prefix
+    # combined nodes: N drafter nodes, then K*L lookup nodes (index N + k*L + d)
+    lk_KL = N + jnp.arange(K)[:, None] * L + jnp.arange(L)[None]
+    canon_KL = jnp.where(in_tree_KL, tree_node_KL,
+                         N + earlier_KL * L + jnp.arange(L)[None])
+    own_KL = canon_KL == lk_KL
+    s_U = jnp.concatenate([jnp.where(valid_N, scores_N, -jnp.inf),
+                           jnp.full((K * L,), -jnp.inf)])
+    s_U = s_U.at[canon_KL.reshape(-1)].max(lscore_KL.reshape(-1))   # merged: the better score
+    keep_U = jnp.concatenate([valid_N, (own_KL & cvalid_KL).reshape(-1)]) & (s_U > -jnp.inf)
+    s_U = jnp.where(keep_U, s_U, -jnp.inf)
+    par_KL = jnp.concatenate([jnp.full((K, 1), -1, jnp.int32), canon_KL[:, :-1]], axis=1)
+    tok_U = jnp.concatenate([tokens_N, cand_KL.reshape(-1)])
+    dep_U = jnp.concatenate([depths_N, jnp.broadcast_to(jnp.arange(L), (K, L)).reshape(-1)])
+    par_U = jnp.concatenate([parents_N, par_KL.reshape(-1)])
+    U = N + K * L
+    # pop order: score descending, then depth ascending (a parent never after its child)
+    order = jnp.lexsort((jnp.arange(U), jnp.where(keep_U, dep_U, J + 1), -s_U))[:budget]
+    if budget > U:
+        order = jnp.concatenate([order, jnp.full((budget - U,), U - 1)])
+    new_index_U = jnp.full((U,), -1, jnp.int32).at[order].set(jnp.arange(budget, dtype=jnp.int32))
+    sel_keep = keep_U[order] & (jnp.arange(budget) < U)
+    par = par_U[order]
+    new_par = jnp.where(par >= 0, new_index_U[jnp.maximum(par, 0)], -1)
+    sel_keep = sel_keep & ((par < 0) | (new_par >= 0))   # (never false for a closed set)
+    return (jnp.where(sel_keep, tok_U[order], 0), jnp.where(sel_keep, new_par, -1),
+            jnp.where(sel_keep, dep_U[order], -1), sel_keep,
+            jnp.where(sel_keep, s_U[order], -jnp.inf))
+
+
+def best_chain(tokens_BJ, logprobs_BJ, cands: Candidates, logacc_nL):
+    """Chain methods: per row, the drafter's chain or the best lookup path, whichever has the
+    longer expected accepted length ``Σ_d exp(cumulative log-prob)`` → ``(tokens, logprobs,
+    valid)`` ``[B, J]``."""
+    B, J = tokens_BJ.shape
+    L = min(J, cands.tokens_BKL.shape[2])
+    cum_BJ = jnp.cumsum(logprobs_BJ, axis=1)
+    chain_E = jnp.sum(jnp.exp(cum_BJ), axis=1)
+    lsc_BKL = jnp.where(cands.valid_BKL[:, :, :L], logacc_nL[cands.ngram_BK][:, :, :L], -jnp.inf)
+    look_E_BK = jnp.sum(jnp.exp(lsc_BKL), axis=2)
+    k_B = jnp.argmax(look_E_BK, axis=1)
+    use_B = jnp.max(look_E_BK, axis=1) > chain_E
+    pick = jnp.take_along_axis(cands.tokens_BKL[:, :, :L], k_B[:, None, None], 1)[:, 0]
+    pvalid = jnp.take_along_axis(cands.valid_BKL[:, :, :L], k_B[:, None, None], 1)[:, 0]
+    plog = jnp.take_along_axis(lsc_BKL, k_B[:, None, None], 1)[:, 0]
+    pad = J - L
+    pick = jnp.pad(pick, ((0, 0), (0, pad)))
+    pvalid = jnp.pad(pvalid, ((0, 0), (0, pad)))
+    plog = jnp.pad(jnp.diff(plog, axis=1, prepend=0.0), ((0, 0), (0, pad)),
+                   constant_values=-jnp.inf)
+    tokens = jnp.where(use_B[:, None], pick, tokens_BJ)
+    logprobs = jnp.where(use_B[:, None], jnp.where(pvalid, plog, -jnp.inf), logprobs_BJ)
+    valid = jnp.where(use_B[:, None], pvalid, True)
+    return tokens, logprobs, valid

@@ -1,0 +1,197 @@
+"""Lookup drafting (decoding/lookup.py): the in-jit search equals its plain-Python reference;
+merged trees are budget-sized, ancestor-closed and free of repeated paths; every method with
+lookup (and ``method="lookup"`` without a drafter) is identical to ``ar`` at T = 0 (batches,
+stop ids, ``budget="auto"``) and samples the target's distribution at T = 1; bad settings are
+refused by name."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dominotree_jax import DecodeConfig
+from dominotree_jax.decoding.costs import CostTable
+from dominotree_jax.decoding.lookup import (DEFAULT_ACCEPT, history, log_accept_table,
+                                            lookup_candidates, merge_row, reference_candidates)
+from decode_helpers import SAMPLING_XLA, jit_decode
+from spec_fixtures import first_tokens_chi_square_p, sampling_case, tiny_pair
+
+jdecode = jit_decode()
+PROMPT = np.array([3, 17, 5, 9, 33, 2, 8, 3, 17, 5, 9, 33, 2, 8, 41, 3, 17])
+
+
+def _check_row(seq, total, got, **kw):
+    want = reference_candidates(seq, total, **kw)
+    K = kw["num"]
+    for k in range(K):
+        if k < len(want):
+            n, c, toks = want[k]
+            assert int(got.ngram_BK[k]) == n, (k, want, got)
+            valid = np.asarray(got.valid_BKL[k])
+            assert valid.sum() == len(toks)
+            np.testing.assert_array_equal(np.asarray(got.tokens_BKL[k])[valid], toks)
+        else:
+            assert int(got.ngram_BK[k]) == 0 and not np.asarray(got.valid_BKL[k]).any()
+
+
+@pytest.mark.parametrize("kind", ["random", "repetitive"])
+def test_candidates_equal_the_python_reference(kind):
+    rng = np.random.default_rng(1 if kind == "random" else 2)
+    B, W = 6, 48
+    vocab = 9 if kind == "random" else 4
+    seq = rng.integers(0, vocab, size=(B, W)).astype(np.int32)
+    if kind == "repetitive":
+        seq[:, 20:40] = np.tile(seq[:, :5], (1, 4))
+    totals = np.array([1, 2, 10, 25, 40, 48], np.int32)
+    for kw in (dict(num=4, length=5, ngram_min=1, ngram_max=4, window=None),
+               dict(num=3, length=3, ngram_min=2, ngram_max=3, window=12)):
+        got = lookup_candidates(jnp.asarray(seq), jnp.asarray(totals), **kw)
+        for b in range(B):
+            _check_row(seq[b], int(totals[b]), jax.tree.map(lambda x: x[b], got), **kw)
+
+
+def test_history_packs_prompt_then_output():
+    prompt = jnp.array([[5, 6, 7, 0], [1, 2, 0, 0]])
+    out = jnp.array([[8, 9, -1], [3, -1, -1]])
+    seq, total = history(prompt, jnp.array([3, 2]), out, jnp.array([2, 1]))
+    np.testing.assert_array_equal(np.asarray(total), [5, 3])
+    np.testing.assert_array_equal(np.asarray(seq[0, :5]), [5, 6, 7, 8, 9])
+    np.testing.assert_array_equal(np.asarray(seq[1, :3]), [1, 2, 3])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000))
+def test_merged_trees_are_closed_sized_and_free_of_repeats(seed):
+    rng = np.random.default_rng(seed)
+    N, K, L, J, V = 6, 3, 4, 4, 5
+    # a random drafter tree in pop order (parents first), scores non-increasing along paths
+    parents, depths, scores, tokens = [], [], [], []
+    for i in range(N):
+        par = int(rng.integers(-1, i)) if i else -1
+        while par >= 0 and depths[par] >= J - 1:
+            par = parents[par]
+        parents.append(par)
+        depths.append(0 if par < 0 else depths[par] + 1)
+        scores.append((scores[par] if par >= 0 else 0.0) - float(rng.uniform(0.05, 2.0)))
+        used = {tokens[c] for c in range(i) if parents[c] == par}
+        tokens.append(int(rng.choice([t for t in range(V) if t not in used] or [0])))
+    valid = np.array([rng.random() > 0.1 for _ in range(N)])
+    for i in range(N):   # invalid nodes take their subtrees with them
+        if parents[i] >= 0 and not valid[parents[i]]:
+            valid[i] = False
+    cand = rng.integers(0, V, size=(K, L))
+    cvalid = np.arange(L)[None] < rng.integers(0, L + 1, size=(K, 1))
+    ngram = rng.integers(1, 5, size=K)
+    logacc = jnp.asarray(log_accept_table(DEFAULT_ACCEPT, L, 4))
+    out = merge_row(jnp.asarray(tokens), jnp.asarray(parents), jnp.asarray(depths),
+                    jnp.asarray(valid), jnp.asarray(scores, jnp.float32), jnp.asarray(cand),
+                    jnp.asarray(cvalid), jnp.asarray(ngram), logacc, budget=N, depth=J)
+    tok, par, dep, ok, sc = (np.asarray(x) for x in out)
+    assert len(tok) == N
+    paths = set()
+    for i in np.flatnonzero(ok):
+        assert par[i] < i and (par[i] < 0 or ok[par[i]])           # parents first, kept
+        assert dep[i] == (0 if par[i] < 0 else dep[par[i]] + 1)
+        path, j = [], i
+        while j >= 0:
+            path.append(int(tok[j]))
+            j = par[j]
+        assert tuple(path) not in paths                               # no repeated path
+        paths.add(tuple(path))
+    assert (np.diff(sc[ok]) <= 1e-6).all()                           # pop order
+    # a drafter node left out scores no better than any node kept (the budget went to better)
+    for i in range(N):
+        if not valid[i]:
+            continue
+        path, j = [], i
+        while j >= 0:
+            path.append(tokens[j])
+            j = parents[j]
+        if tuple(path) not in paths:
+            assert ok.all() and scores[i] <= sc.min() + 1e-6
+
+
+def _ar(tcfg, dcfg, params, prompt, n, **kw):
+    return jdecode(params, prompt, config=DecodeConfig(target=tcfg, drafter=dcfg, method="ar",
+                                                       max_new_tokens=n, **kw), **{})
+
+
+@pytest.mark.parametrize("method,kw", [
+    ("lookup", {}), ("lookup", dict(lookup=1, lookup_length=3)),
+    ("dominotree", dict(lookup=4)), ("ddtree", dict(lookup=2)), ("domino", dict(lookup=3)),
+    ("dflash", dict(lookup=2, lookup_ngram=(2, 3)))])
+def test_identical_to_ar_at_temperature_zero(method, kw):
+    tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
+    prompt = jnp.asarray(PROMPT)
+    ref = _ar(tcfg, dcfg, params, prompt, 40)
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=40, budget=6,
+                       node_topk=3, top_m=8, **kw)
+    out = jdecode(params if method != "lookup" else {"target": params["target"]}, prompt,
+                  config=cfg)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    assert float(out.mean_tau()) > 1.0   # this target repeats itself: copies get accepted
+
+
+def test_batches_and_stop_ids_with_lookup():
+    tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
+    prompts = np.stack([PROMPT, np.roll(PROMPT, 3), PROMPT[::-1].copy()])
+    lengths = np.array([17, 12, 9])
+    ref = jdecode(params, jnp.asarray(prompts), prompt_lengths=jnp.asarray(lengths),
+                  config=DecodeConfig(target=tcfg, method="ar", max_new_tokens=30,
+                                      stop_ids=(30,)))
+    for method in ("lookup", "dominotree"):
+        cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=30,
+                           budget=6, node_topk=3, top_m=8, lookup=3, stop_ids=(30,))
+        out = jdecode(params, jnp.asarray(prompts), prompt_lengths=jnp.asarray(lengths),
+                      config=cfg)
+        np.testing.assert_array_equal(out.tokens, ref.tokens, err_msg=method)
+        np.testing.assert_array_equal(out.num_tokens, ref.num_tokens, err_msg=method)
+
+
+def test_auto_with_lookup_is_identical_to_ar_and_uses_lookup_only_rounds():
+    tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
+    prompt = jnp.asarray(PROMPT)
+    ref = _ar(tcfg, dcfg, params, prompt, 40)
+    # the drafter never pays here (dear), lookup rounds cost only their verify
+    dear = CostTable(verify=((1, 1.0), (17, 1.6)),
+                     draft=tuple((m, 50.0) for m in ("dflash", "domino", "ddtree",
+                                                      "dominotree")), source="test")
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", budget="auto",
+                       node_topk=3, top_m=8, lookup=4, auto_costs=dear, max_new_tokens=40)
+    out = jdecode(params, prompt, config=cfg)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    sizes = np.asarray(out.draft_sizes[0, :int(out.num_rounds[0])])
+    assert (sizes > 0).any() and float(out.mean_tau()) > 1.0
+
+
+@pytest.mark.parametrize("method", ["lookup", "dominotree"])
+def test_sampling_with_lookup_is_the_targets_distribution(method):
+    runs = 20000
+    tcfg, dcfg, params, prompt, exact = sampling_case()
+    # a prompt that repeats so lookup finds matches from the first round
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=3,
+                       temperature=1.0, budget=6, node_topk=2, top_m=0, lookup=3)
+    out = jit_decode(SAMPLING_XLA)(params, jnp.tile(prompt, (runs, 1)), config=cfg,
+                                   key=jax.random.key(11))
+    toks = np.asarray(out.tokens)
+    assert first_tokens_chi_square_p(toks, exact, tcfg.vocab_size) > 1e-3
+    assert int(np.asarray(out.accept_lengths).max()) > 1
+
+
+def test_bad_settings_are_refused_by_name():
+    tcfg, dcfg, _ = tiny_pair()
+    base = dict(target=tcfg, drafter=dcfg, method="dominotree")
+    for kw, match in ((dict(lookup=-1), "lookup must be an int >= 0"),
+                      (dict(lookup=2, lookup_length=0), "lookup_length must be an int >= 1"),
+                      (dict(lookup=2, lookup_window=0), "lookup_window must be an int >= 1"),
+                      (dict(lookup=2, lookup_ngram=(3, 2)), "lookup_ngram must be"),
+                      (dict(lookup=2, lookup_accept=((0.5, 1.5),)), "probabilities in"),
+                      (dict(method="ar", lookup=2), "lookup drafting needs a drafting method"),
+                      (dict(method="lookup", budget="auto"), "budget='auto' needs a drafter"),
+                      (dict(method="lookup", return_features=True), "return_features")):
+        with pytest.raises(ValueError, match=match):
+            DecodeConfig(**{**base, **kw})
+    assert DecodeConfig(target=tcfg, method="lookup").lookup == 4
