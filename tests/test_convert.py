@@ -62,7 +62,8 @@ def test_unsupported_dtypes_are_refused(ckpt, tmp_path):
     t = {k: np.array(v) for k, v in read_safetensors(os.path.join(d, "model.safetensors")).items()}
     t["model.norm.weight"] = t["model.norm.weight"].astype(np.int32)
     write_safetensors(os.path.join(d, "model.safetensors"), t)
-    with pytest.raises(CheckpointError, match="norm.weight: floating-point weights expected, the file holds int32"):
+    with pytest.raises(CheckpointError,
+                       match="norm.weight: floating-point weights expected, the file holds int32"):
         dj.load_target(d)
 
 
