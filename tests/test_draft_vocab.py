@@ -168,3 +168,21 @@ def test_the_rollout_refresher_keeps_the_map_fixed():
     assert "d2t" not in ref.flat and all(v.dtype == jnp.float32 for v in ref.flat.values())
     np.testing.assert_array_equal(np.asarray(ref.state["d2t"][...]), d2t)
     assert ref.vocab_size == 8
+
+
+def test_restricting_a_full_drafter_keeps_its_columns():
+    from dominotree_jax.model.drafter import bind_drafter, restrict_to_draft_vocab
+    from dominotree_jax.model.target import bind_target
+    tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
+    d2t = np.array([1, 5, 7, 20, 33, 60])
+    cfg2, p2 = restrict_to_draft_vocab(dcfg, params["drafter"], d2t)
+    assert cfg2.draft_vocab_size == 6
+    target = bind_target(tcfg, params["target"])
+    z = jax.random.normal(jax.random.key(0), (3, tcfg.hidden_size))
+    full = bind_drafter(dcfg, params["drafter"])
+    sub = bind_drafter(cfg2, p2)
+    np.testing.assert_allclose(np.asarray(sub.base_logits(target, z)),
+                               np.asarray(full.base_logits(target, z))[:, d2t], rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(sub.embed_proj[2].weight[...]),
+                                  np.asarray(full.embed_proj[2].weight[...])[d2t])

@@ -85,6 +85,10 @@ class AutoState(NamedTuple):
     real: Float[Array, ""]  # EMA of accepted nodes
     since: Int[Array, ""]   # rounds since the last drafted round
     gap: Int[Array, ""]     # rounds between probes while not drafting
+    # lookup-only rounds (config.lookup): EMAs of their predicted and accepted nodes, the
+    # calibration of the lookup table's scores on this text (None in states from before them)
+    lpred: Float[Array, ""] | None = None
+    lreal: Float[Array, ""] | None = None
 
 
 class SizeChoice(NamedTuple):
@@ -126,31 +130,35 @@ class AutoPolicy:
             if not isinstance(carried, AutoState):
                 raise ValueError(f"auto_state must be a DecodeOutput.auto_state (AutoState), got "
                                  f"{type(carried).__name__}")
-            types = dict(rate=f32, pred=f32, real=f32, since=i32, gap=i32)
-            return AutoState(**{name: jnp.asarray(getattr(carried, name), t).reshape(())
+            types = dict(rate=f32, pred=f32, real=f32, since=i32, gap=i32, lpred=f32,
+                         lreal=f32)
+            return AutoState(**{name: jnp.asarray(1.0 if getattr(carried, name) is None
+                                                  else getattr(carried, name), t).reshape(())
                                 for name, t in types.items()})
         return AutoState(rate=jnp.asarray(RATE_START * self.ar_rate, f32),
                          pred=jnp.ones((), f32), real=jnp.ones((), f32),
-                         since=jnp.zeros((), i32), gap=jnp.asarray(self.probe_every, i32))
+                         since=jnp.zeros((), i32), gap=jnp.asarray(self.probe_every, i32),
+                         lpred=jnp.ones((), f32), lreal=jnp.ones((), f32))
 
     def wants_draft(self, st: AutoState):
         if not self.can_pay:
             return jnp.zeros((), bool)
         return (st.rate >= self.ar_rate) | (st.since + 1 >= st.gap)
 
-    def calibration(self, st: AutoState):
-        return jnp.clip(st.real / jnp.maximum(st.pred, 1e-6), 0.0, CALIB_MAX)
+    def calibration(self, st: AutoState, lookup: bool = False):
+        """Realised / predicted accepted nodes: of drafted rounds, or of lookup-only ones."""
+        real, pred = (st.lreal, st.lpred) if lookup else (st.real, st.pred)
+        return jnp.clip(real / jnp.maximum(pred, 1e-6), 0.0, CALIB_MAX)
 
-    def choose(self, st: AutoState, draft, live_B, calibrated: bool = True) -> SizeChoice:
+    def choose(self, st: AutoState, draft, live_B, lookup: bool = False) -> SizeChoice:
         """The size maximising the batch's expected surplus (see the module docstring).
-        ``calibrated=False``: take the draft's scores as they are (lookup-only drafts, whose
-        scores are measured acceptance, not the drafter's probabilities)."""
+        ``lookup``: a lookup-only draft, calibrated by the lookup rounds' own record."""
         p_BN = jnp.where(draft.valid_BN, jnp.exp(draft.scores_BN.astype(jnp.float32)), 0.0)
         cum_BN = jnp.concatenate([jnp.zeros_like(p_BN[:, :1]), jnp.cumsum(p_BN, axis=1)], 1)
         pred_Bn = cum_BN[:, jnp.asarray(self.sizes)]
         live_B = live_B.astype(jnp.float32)
         rows = jnp.maximum(live_B.sum(), 1.0)
-        calib = self.calibration(st) if calibrated else 1.0
+        calib = self.calibration(st, lookup)
         gain_n = jnp.sum(live_B[:, None] * (1.0 + calib * pred_Bn), axis=0)
         rho = jnp.maximum(self.ar_rate, st.rate)
         surplus_n = gain_n - rho * rows * jnp.asarray(self.verify_costs, jnp.float32)
@@ -177,8 +185,18 @@ class AutoPolicy:
                         self.probe_every)
         new = AutoState(rate=rate, pred=(1 - CALIB_ALPHA) * st.pred + CALIB_ALPHA * pred,
                         real=(1 - CALIB_ALPHA) * st.real + CALIB_ALPHA * real,
-                        since=jnp.zeros_like(st.since), gap=gap.astype(jnp.int32))
+                        since=jnp.zeros_like(st.since), gap=gap.astype(jnp.int32),
+                        lpred=st.lpred, lreal=st.lreal)
         skipped = st._replace(since=st.since + 1)
+        if self.lookup_can_pay:   # a lookup-only round that verified nodes: its calibration
+            looked = (~drafted) & ~size0
+            lp = jnp.sum(live_B * choice.predicted_B)
+            la = jnp.sum(live_B * accepted_B.astype(f32))
+            skipped = skipped._replace(
+                lpred=jnp.where(looked, (1 - CALIB_ALPHA) * st.lpred + CALIB_ALPHA * lp,
+                                st.lpred),
+                lreal=jnp.where(looked, (1 - CALIB_ALPHA) * st.lreal + CALIB_ALPHA * la,
+                                st.lreal))
         return jax.tree.map(lambda a, b: jnp.where(drafted, a, b), new, skipped)
 
 

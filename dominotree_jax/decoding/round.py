@@ -241,7 +241,7 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
         undrafted)
     choice = policy.choose(auto, draft, live_B)
     if policy.lookup_can_pay:
-        alone = policy.choose(auto, draft, live_B, calibrated=False)
+        alone = policy.choose(auto, draft, live_B, lookup=True)
         choice = jax.tree.map(lambda a, b: jnp.where(drafted, a, b), choice, alone)
     else:
         choice = choice._replace(index=jnp.where(drafted, choice.index, 0))

@@ -307,6 +307,26 @@ def init_drafter_params(cfg: DrafterConfig, seed: int = 0, dtype=jnp.float32, d2
     return params if d2t is None else with_draft_vocab(cfg, params, d2t)
 
 
+def restrict_to_draft_vocab(cfg: DrafterConfig, params, d2t):
+    """A full-vocabulary drafter as a draft-vocabulary one over ``d2t``: ``(cfg, params)`` whose
+    base logits and corrections are the original's columns ``d2t`` exactly (``W2``'s rows
+    gathered). What a draft vocabulary changes at decode time, on the same drafter."""
+    import dataclasses
+    if cfg.draft_vocab_size is not None:
+        raise ConfigError("this drafter has a draft vocabulary already")
+    ids = check_draft_vocab(d2t, cfg.vocab_size)
+    new_cfg = dataclasses.replace(cfg, draft_vocab_size=len(ids))
+    _, abstract = drafter_graphdef(new_cfg, params_precision(params, "drafter parameters"))
+    out = jax.tree.map(lambda x: x, abstract)
+    from dominotree_jax.model.state import state_from_flat, state_to_flat
+    flat = state_to_flat(params)
+    if cfg.is_domino:
+        flat["embed_proj.2.weight"] = flat["embed_proj.2.weight"][ids]
+    flat["d2t"] = ids
+    out = state_from_flat(out, {k: jnp.asarray(v) for k, v in flat.items()})
+    return new_cfg, out
+
+
 def with_draft_vocab(cfg: DrafterConfig, params, d2t):
     """``params`` with its draft-to-target map replaced by ``d2t`` (checked:
     ``check_draft_vocab``)."""
