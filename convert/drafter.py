@@ -65,6 +65,9 @@ def load_drafter(path: str, dtype: str | None = "float32",
         _check(cfg, target_cfg)
         params = restore_saved_params(path, cfg)
         _check_d2t(cfg, params, path)
+        if dtype is not None:   # restored as saved, then in the precision asked for
+            from dominotree_jax.precision import cast_params
+            params = cast_params(params, dtype)
         return cfg, params
     cfg = drafter_config(path)
     _check(cfg, target_cfg)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from dominotree_jax.precision import cast_params
+
 from convert.files import check_exists
 from convert.gguf import load_gguf_target
 from convert.hf import load_hf_target
@@ -16,13 +18,16 @@ from convert.orbax_io import is_orbax_dir, restore_saved_params, saved_config
 
 
 def load_target_checkpoint(path: str, dtype: str | None = "float32"):
-    """``(TargetConfig, params, tokenizer_source)``; ``dtype`` is ignored for orbax
-    directories, which restore in their saved dtype."""
+    """``(TargetConfig, params, tokenizer_source)`` in precision ``dtype`` (None: as stored),
+    whatever the checkpoint kind: an orbax directory restores its saved dtype, then is cast."""
     path = os.fspath(path)
     check_exists(path)
     if os.path.isdir(path) and is_orbax_dir(path):
         cfg, tokenizer_source = saved_config(path, "target")
-        return cfg, restore_saved_params(path, cfg), tokenizer_source
+        params = restore_saved_params(path, cfg)
+        if dtype is not None:
+            params = cast_params(params, dtype)
+        return cfg, params, tokenizer_source
     if path.endswith(".gguf"):
         cfg, params = load_gguf_target(path, dtype=dtype or "float32")
     else:

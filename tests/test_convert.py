@@ -5,6 +5,7 @@ import os
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -91,4 +92,11 @@ def test_orbax_round_trip_through_the_command_line(ckpt, tmp_path):
     assert a.config == b.config
     assert jax.tree.all(jax.tree.map(lambda x, y: bool((x == y).all()), a.params, b.params))
     assert main(["target", ckpt, out]) == 2  # refuses to overwrite
+    # an orbax directory honours the precision asked for (it once returned the stored one)
+    c = dj.load_target(out, dtype="bfloat16", tokenizer=False)
+    assert {x.dtype for x in jax.tree.leaves(c.params)} == {jnp.dtype("bfloat16")}
+    assert {x.dtype for x in jax.tree.leaves(dj.load_target(out, dtype=None, tokenizer=False)
+                                             .params)} == {jnp.dtype("float32")}
+    with pytest.raises(ValueError, match="unknown target dtype 'int8'"):
+        dj.load_target(out, dtype="int8", tokenizer=False)
     assert main(["inspect", ckpt]) == 0

@@ -186,3 +186,16 @@ def test_restricting_a_full_drafter_keeps_its_columns():
                                atol=1e-5)
     np.testing.assert_array_equal(np.asarray(sub.embed_proj[2].weight[...]),
                                   np.asarray(full.embed_proj[2].weight[...])[d2t])
+
+
+def test_orbax_drafter_keeps_the_map_and_honours_the_dtype(tmp_path):
+    from convert.orbax_io import save_params
+    d2t = np.array([0, 3, 4, 9, 20, 33, 40, 63])
+    tcfg, dcfg, params = _pair_with_vocab(d2t)
+    out = str(tmp_path / "orbax")
+    save_params(out, "drafter", dcfg, params["drafter"])
+    cfg, loaded = load_drafter(out, dtype="bfloat16", target_cfg=tcfg)
+    assert cfg == dcfg
+    np.testing.assert_array_equal(np.asarray(loaded["d2t"][...]), d2t)
+    leaves = jax.tree.leaves(loaded)
+    assert {x.dtype for x in leaves if x.dtype != jnp.int32} == {jnp.dtype("bfloat16")}

@@ -46,6 +46,14 @@ def state_from_flat(abstract_state, flat: dict):
     return state
 
 
+def flat_to_state(cfg, flat: dict):
+    """A drafter's ``nnx.State`` for ``DrafterConfig`` ``cfg`` from ``{dotted.name: array}``
+    (float32 structure, leaves as given; jit-safe): the inverse of ``state_to_flat``."""
+    from dominotree_jax.model.drafter import drafter_graphdef
+    _, abstract = drafter_graphdef(cfg, "float32")
+    return state_from_flat(abstract, flat)
+
+
 def trainable(flat: dict) -> dict:
     """The trained parameters of a flat drafter dict as float32 copies: all but integer leaves
     (the draft-to-target map ``d2t``, fixed for a run and passed on beside them)."""

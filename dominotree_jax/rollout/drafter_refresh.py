@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dominotree_jax.model.state import state_to_flat, trainable
+from dominotree_jax.model.state import flat_to_state, state_to_flat, trainable
 from dominotree_jax.config import DrafterConfig, TargetConfig
-from dominotree_jax.train.loss import (block_logits, flat_to_state, leading_correct,
+from dominotree_jax.train.loss import (block_logits, leading_correct,
                                        loss_and_metrics)
 
 

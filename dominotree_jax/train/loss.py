@@ -20,9 +20,8 @@ import jax.numpy as jnp
 
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.domino_head import corrected_logits, gru_path_states
-from dominotree_jax.model.drafter import DrafterContext, bind_drafter, drafter_graphdef
+from dominotree_jax.model.drafter import DrafterContext, bind_drafter
 from dominotree_jax.linalg import matmul_t
-from dominotree_jax.model.state import state_from_flat
 from dominotree_jax.model.target import bind_target
 
 
@@ -45,12 +44,6 @@ def draft_column_index(d2t_D, vocab_size: int):
     """``[V]`` int32: the draft-vocabulary column of each target id, -1 outside ``D``."""
     return jnp.full((vocab_size,), -1, jnp.int32).at[d2t_D].set(
         jnp.arange(d2t_D.shape[0], dtype=jnp.int32))
-
-
-def flat_to_state(cfg: DrafterConfig, flat: dict):
-    """An ``nnx.State`` for ``cfg`` from ``{dotted.name: array}`` (jit-safe)."""
-    _, abstract = drafter_graphdef(cfg, "float32")
-    return state_from_flat(abstract, flat)
 
 
 def curriculum_lambda(step, total_steps: int, hold: float = 0.0, ramp: float = 0.5,

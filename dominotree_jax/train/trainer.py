@@ -21,12 +21,12 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from dominotree_jax.model.state import state_to_flat, trainable
+from dominotree_jax.model.state import flat_to_state, state_to_flat, trainable
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import init_drafter_params
 from dominotree_jax.precision import cast_params, precision_name
 from dominotree_jax.train.dataset import batch_stream, make_batch
-from dominotree_jax.train.loss import curriculum_lambda, flat_to_state, loss_and_metrics
+from dominotree_jax.train.loss import curriculum_lambda, loss_and_metrics
 
 CSV_FIELDS = ("step", "loss", "base_loss", "corr_loss", "base_acc0", "base_acc_mean",
               "corr_acc_mean", "tau_base", "tau_corr", "lam", "lr", "grad_norm", "tok_s",
