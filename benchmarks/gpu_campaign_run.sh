@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The drafter campaign on a lent GPU (issue 42, item 6; benchmarks/README.md): continue
+# data/campaign/v5 from its committed state for TRAIN_MIN minutes, then hand back everything the
+# next window needs. Run from the repository root as the last of consecutive calls on one warm
+# machine, exactly as gpu_train_run.sh: the earlier calls each carried one part of the SmolLM2
+# GGUF (benchmarks/gpu_carry.py stage) into /tmp/gguf_parts; this one carries the last part and
+# the `gguf` wheel (.gpu_wheels/). Writes under $OUT (at most 8 files, each under 16 MiB):
+#   campaign_stdout.txt  state.json  train_log.csv  heldout_curve.jsonl  windows.jsonl
+#   state/manifest.json  state/state.npz.partNN ...
+# Back here: python -m benchmarks.gpu_carry join <files_at>/state --out data/campaign/v5/state.npz
+# and copy the four text files into data/campaign/v5/, then commit (docs/training.md).
+#
+#   OUT=/tmp/gpu_camp PY=.venv/bin/python TRAIN_MIN=2 STEPS=2 EVAL=0 CAMPAIGN=/tmp/copy \
+#       GGUF=<path> bash benchmarks/gpu_campaign_run.sh          # a CPU rehearsal
+set -u
+OUT=${OUT:-/tmp/gpu_out}
+PY=${PY:-python3}
+PARTS=${PARTS:-/tmp/gguf_parts}
+GGUF=${GGUF:-/tmp/smollm2.gguf}
+CAMPAIGN=${CAMPAIGN:-data/campaign/v5}
+TRAIN_MIN=${TRAIN_MIN:-7}
+STEPS=${STEPS:-}
+EVAL=${EVAL:-0}   # the benchmark sets are evaluated back on the CPU (their packages)
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+LOG="$OUT/campaign_stdout.txt"
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | head -3
+  "$PY" -c "import jax; print('jax', jax.__version__, jax.devices())"
+} > "$LOG" 2>&1
+if [ -d .gpu_wheels ] && ls .gpu_wheels/*.whl > /dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu_wheels/*.whl \
+    >> "$LOG" 2>&1 || { echo "wheel install failed" >> "$LOG"; exit 2; }
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+for d in .gpu_carry/p*; do [ -d "$d" ] && mkdir -p "$PARTS" && cp "$d"/* "$PARTS"/; done
+if [ ! -f "$GGUF" ]; then
+  "$PY" -m benchmarks.gpu_carry join "$PARTS" --out "$GGUF" >> "$LOG" 2>&1 || exit 3
+fi
+# the committed state travels in parts too (the tree would pass the call's 64 MiB with it)
+for d in .gpu_carry_state/p*; do [ -d "$d" ] && mkdir -p /tmp/state_parts && cp "$d"/* /tmp/state_parts/; done
+if [ ! -f "$CAMPAIGN/state.npz" ] && [ -f /tmp/state_parts/manifest.json ]; then
+  "$PY" -m benchmarks.gpu_carry join /tmp/state_parts --out "$CAMPAIGN/state.npz" >> "$LOG" 2>&1 || exit 4
+fi
+DEADLINE=$(date -u -d "+${TRAIN_MIN} min" +%H:%M)
+echo "campaign until $DEADLINE UTC" >> "$LOG"
+ARGS=(--dir "$CAMPAIGN" --target "$GGUF" --until "$DEADLINE" --ckpt-minutes 2)
+[ -n "$STEPS" ] && ARGS+=(--steps "$STEPS")
+[ "$EVAL" = "0" ] && ARGS+=(--no-eval)
+"$PY" -m dominotree_jax.train.campaign continue "${ARGS[@]}" >> "$LOG" 2>&1
+rc=$?
+echo "campaign exit code $rc" >> "$LOG"
+for f in state.json train_log.csv heldout_curve.jsonl windows.jsonl; do
+  [ -f "$CAMPAIGN/$f" ] && cp "$CAMPAIGN/$f" "$OUT/"
+done
+if [ -f "$CAMPAIGN/state.npz" ]; then
+  "$PY" -m benchmarks.gpu_carry split "$CAMPAIGN/state.npz" --out "$OUT/state" \
+    --part-mib 15 >> "$LOG" 2>&1
+fi
+tail -n 20 "$LOG"
+exit $rc
