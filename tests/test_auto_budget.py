@@ -437,3 +437,29 @@ def test_the_decode_loop_never_copies_the_cache(method, budget):
     loop, entry = _cache_copies(params, cfg, 2, 8)
     assert loop == 0, f"{loop} cache-layer copies inside the decode loop"
     assert entry > 0   # the pattern does find the cache's copies (its initialisation)
+
+
+def test_a_changed_drafter_is_probed_at_once_and_then_followed():
+    """``auto_size.probe_next`` (what the rollout engine applies when its drafter changes): a
+    state that learned to take plain steps with a useless drafter drafts in the very next
+    round with the new one, and keeps drafting when that one is good; a plain carried state
+    waits for its probe gap."""
+    n = 40
+    tcfg, dcfg, params, run, prompt_BT, lengths_B, ref, seq = _wrong_or_oracle_setup(n)
+    cfg = _cfg(tcfg, dcfg, "dominotree", max_new_tokens=n)
+    with scripted_drafter(seq, wrong=True):
+        st = run(params, prompt_BT, lengths_B, config=cfg).auto_state
+    carry = jax.jit(lambda p, x, n, s, *, config: decode_fn(
+        p, x, config=config, prompt_lengths=n, auto_state=s), static_argnames="config",
+        compiler_options=FAST_XLA)
+    with scripted_drafter(seq):   # the drafter is now an oracle
+        stale = carry(params, prompt_BT, lengths_B, st, config=cfg)
+        fresh = carry(params, prompt_BT, lengths_B, auto_size.probe_next(st), config=cfg)
+    for out in (stale, fresh):
+        np.testing.assert_array_equal(out.tokens[0], ref.tokens[0, :n])
+    stale_sizes = np.asarray(stale.draft_sizes[0, :int(stale.num_rounds[0])])
+    fresh_sizes = np.asarray(fresh.draft_sizes[0, :int(fresh.num_rounds[0])])
+    assert stale_sizes[0] == 0 and fresh_sizes[0] > 0
+    assert (fresh_sizes > 0).all()                        # followed from then on
+    assert int(fresh.num_rounds[0]) < int(stale.num_rounds[0])
+    assert float(fresh.auto_state.rate) > AutoPolicy(cfg, batch=1).ar_rate

@@ -217,3 +217,27 @@ def test_checkpoint_state_resumes_the_same_rollouts(pair):
     with pytest.raises(ValueError, match="refresh"):
         make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6)).restore_checkpoint_state(
             saved)
+
+
+def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):
+    """``update_drafter_params`` makes every carried ``budget="auto"`` state probe its next
+    round (``auto_size.probe_next``); the drafter refresh does so only when its teacher-forced
+    chain τ rose by ``REPROBE_GAIN`` since the last probe."""
+    from dominotree_jax.rollout import tunix_engine
+    eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6))
+    eng.generate(PROMPTS, rcfg())
+    (key, st), = eng._auto_states.items()
+    eng.update_drafter_params(pair[2]["drafter"], probe=False)
+    assert int(eng._auto_states[key].since) == int(st.since)
+    eng.update_drafter_params(pair[2]["drafter"])
+    new = eng._auto_states[key]
+    assert int(new.since) == max(int(st.gap) - 1, 0) and float(new.pred) == float(new.real) == 1
+    ref = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6),
+                      drafter_refresh={"lr": 1e-2, "anchors": 3})
+    ref.generate(PROMPTS, rcfg())                 # first refresh: probes, records its τ
+    first = ref._probed_tau
+    assert first == pytest.approx(ref.refresh_log[-1]["chain_tau_before"])
+    ref._probed_tau = 1e9                          # no refresh can look like a gain now
+    (key, st), = ref._auto_states.items()
+    ref.generate(PROMPTS, rcfg())
+    assert ref._probed_tau == 1e9 and tunix_engine.REPROBE_GAIN > 1

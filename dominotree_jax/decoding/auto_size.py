@@ -200,6 +200,16 @@ class AutoPolicy:
         return jax.tree.map(lambda a, b: jnp.where(drafted, a, b), new, skipped)
 
 
+def probe_next(st: AutoState) -> AutoState:
+    """``st`` after its drafter changed (new parameters, a refresh step that made it better on
+    the latest rollouts): the next round drafts as a probe and the drafter's calibration starts
+    afresh; the delivered ``rate`` stays, so a probe that shows no gain leaves the policy where
+    it was (one drafted round per change)."""
+    one = jnp.ones_like(jnp.asarray(st.pred))
+    return st._replace(since=jnp.maximum(jnp.asarray(st.gap) - 1, 0).astype(jnp.int32),
+                       pred=one, real=one)
+
+
 def initial_state(config, batch: int, carried: AutoState | None = None) -> AutoState:
     """The policy state a ``budget="auto"`` decode of ``batch`` rows starts from: the optimistic
     default, or ``carried`` (a previous call's ``DecodeOutput.auto_state``) checked and cast.

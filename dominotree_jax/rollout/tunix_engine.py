@@ -52,7 +52,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-from dominotree_jax.decoding.auto_size import initial_state
+from dominotree_jax.decoding.auto_size import initial_state, probe_next
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.decode import DecodeOutput, decode
 from dominotree_jax.model.target import TargetModel
@@ -61,6 +61,10 @@ from dominotree_jax.rollout.masked_forward import PROMPT_PADS, completion_logpro
 from dominotree_jax.rollout.placement import BatchPlacement
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
 from dominotree_jax.rollout.tunix_types import BaseRollout, RolloutConfig, RolloutOutput
+
+# the refresh's teacher-forced chain τ must rise by this factor since the last probe of
+# budget="auto" before a refreshed drafter is probed again (update_drafter_params)
+REPROBE_GAIN = 1.1
 
 
 class _Tokenizer:
@@ -251,6 +255,7 @@ class DominoTreeRollout(BaseRollout):
         # budget="auto": the draft-size policy's state, carried from rollout to rollout per
         # (config, batch size), so each rollout starts from what the previous ones measured
         self._auto_states: dict[tuple, Any] = {}
+        self._probed_tau: float | None = None   # the refresh's chain τ at the last probe
 
         def run(params, prompt_BT, lengths_B, prompt_rows, key, auto_state, row_stops_Be, *,
                 config):
@@ -388,9 +393,11 @@ class DominoTreeRollout(BaseRollout):
         self._params = dict(self._params, target=without_explicit_axes(
             self._merged(self._params["target"], params, filter_types)))
 
-    def update_drafter_params(self, drafter_params) -> None:
+    def update_drafter_params(self, drafter_params, probe: bool = True) -> None:
         """New drafter parameter values (same structure), placed as the current ones (a
-        refresh step's output carries the training mesh's sharding): no recompilation."""
+        refresh step's output carries the training mesh's sharding): no recompilation.
+        ``probe``: ``budget="auto"`` probes the new drafter in its next round
+        (``auto_size.probe_next``) instead of waiting out a gap learned with the old one."""
         old = self._params["drafter"]
         if jax.tree.structure(old) != jax.tree.structure(drafter_params):
             raise ValueError("drafter_params must have the structure of the current drafter")
@@ -400,6 +407,8 @@ class DominoTreeRollout(BaseRollout):
             return jax.device_put(new, cur.sharding) if isinstance(cur, jax.Array) else new
         self._params = dict(self._params, drafter=without_explicit_axes(
             jax.tree.map(placed, drafter_params, old)))
+        if probe:
+            self._auto_states = {k: probe_next(v) for k, v in self._auto_states.items()}
 
     def checkpoint_state(self) -> dict:
         """Host (numpy) copies of what the engine carries from rollout to rollout that is not
@@ -411,7 +420,8 @@ class DominoTreeRollout(BaseRollout):
         host = functools.partial(jax.tree.map, np.asarray)
         state = {"key": np.asarray(jax.random.key_data(self._key)),
                  "auto_states": {k: host(v) for k, v in self._auto_states.items()},
-                 "last_temperature": self._last_temperature, "refresher": None}
+                 "last_temperature": self._last_temperature, "refresher": None,
+                 "probed_tau": -1.0 if self._probed_tau is None else self._probed_tau}
         if self.refresher is not None:
             r = self.refresher
             state["refresher"] = {"flat": host(r.flat), "opt_state": host(r.opt_state),
@@ -426,6 +436,8 @@ class DominoTreeRollout(BaseRollout):
         self._key = jax.random.wrap_key_data(jnp.asarray(state["key"], jnp.uint32))
         self._auto_states = dict(state["auto_states"])
         self._last_temperature = float(state["last_temperature"])
+        probed = float(state.get("probed_tau", -1.0))
+        self._probed_tau = None if probed < 0 else probed
         if self.refresher is not None:
             r, saved = self.refresher, state["refresher"]
             if jax.tree.structure(saved["flat"]) != jax.tree.structure(r.flat):
@@ -466,7 +478,14 @@ class DominoTreeRollout(BaseRollout):
         drafter from the next ``generate`` on."""
         self._key, sub = jax.random.split(self._key)
         m = self.refresher.step(self._params["target"], self.last, sub)
-        self.update_drafter_params(self.refresher.state)
+        # probe the refreshed drafter only when its teacher-forced chain τ on the latest
+        # rollout has risen by REPROBE_GAIN since the last probe (a step every rollout would
+        # otherwise cost a drafted round each time, whatever it found)
+        tau = float(m["chain_tau_before"])
+        probe = self._probed_tau is None or tau >= REPROBE_GAIN * self._probed_tau
+        if probe:
+            self._probed_tau = tau
+        self.update_drafter_params(self.refresher.state, probe=probe)
         self.refresh_log.append({**m, "step": self.refresher.num_steps,
                                  "batch": int(self.last.out.tokens.shape[0])})
 
