@@ -167,7 +167,7 @@ class Trainer:
     def __init__(self, dcfg: DrafterConfig, tcfg: TargetConfig, tparams, ds, train_ids,
                  tc: TrainConfig, ckpt_dir: str, log_dir: str | None = None,
                  progress: bool = True, vocab_ids=None, init_flat: dict | None = None,
-                 seq_weights=None):
+                 seq_weights=None, mesh=None):
         """``vocab_ids``: optional sorted token ids the training softmax is restricted to
         (``dataset.active_vocab``); evaluation always uses the full vocabulary. For a drafter
         with a draft vocabulary (``dcfg.draft_vocab_size``) they are its ``d2t`` map, required,
@@ -176,6 +176,14 @@ class Trainer:
         checkpoint in ``ckpt_dir`` takes precedence. ``tc.layer_init="target"`` copies the
         target's last layers into a new drafter's (``target_init``; not with ``init_flat``)."""
         check_train_config(tc)
+        # the device mesh: every visible device on the "data" axis unless given; the global
+        # batch (tc.batch) is split over it, so 1 and N devices compute the same step
+        from dominotree_jax.sharding import DATA, make_mesh
+        self.mesh = mesh if mesh is not None else make_mesh(len(jax.devices()), 1)
+        n_data = self.mesh.shape[DATA]
+        if tc.batch % n_data:
+            raise ValueError(f"the batch of {tc.batch} sequences does not split over the "
+                             f"{n_data} devices of the mesh's data axis; choose a multiple")
         if tc.soft_topk and not getattr(ds, "topk_k", 0):
             raise ValueError("soft_topk needs a data set with stored top-k logits "
                              "(collect --store-topk K)")
@@ -214,6 +222,11 @@ class Trainer:
                     dcfg, tcfg, self.flat, tparams).items()}
         else:
             self.flat = trainable(init_flat)
+        self.flat = self._replicated(self.flat)
+        self.train_tparams = self._replicated(self.train_tparams)
+        if self.vocab_ids is not None:
+            self.vocab_ids = self._replicated(self.vocab_ids)
+            self.vocab_index = self._replicated(self.vocab_index)
         self.opt_state = make_optimizer(tc)[0].init(self.flat)
         self.step = 0
         self.key = jax.random.key_data(jax.random.key(tc.seed))
@@ -223,6 +236,25 @@ class Trainer:
                                                                  create=True))
         if self._mgr.latest_step() is not None:
             self.restore()
+
+    # ------------------------------------------------------------------ placement
+    def _replicated(self, tree):
+        """``tree`` on every device of the mesh (parameters, optimizer state, the target)."""
+        from jax.sharding import NamedSharding, PartitionSpec
+        rep = NamedSharding(self.mesh, PartitionSpec())
+        return jax.tree.map(lambda x: jax.device_put(x, rep), tree)
+
+    def _split_batch(self, batch: dict) -> dict:
+        """A host batch with its rows (the leading axis) split over the mesh's data axis."""
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        from dominotree_jax.sharding import DATA
+
+        def put(x):
+            x = np.asarray(x)
+            spec = PartitionSpec(DATA, *([None] * (x.ndim - 1)))
+            return jax.device_put(x, NamedSharding(self.mesh, spec))
+        return {k: put(v) for k, v in batch.items()}
 
     # ------------------------------------------------------------------ state
     @property
@@ -290,7 +322,7 @@ class Trainer:
         self.key, _ = jax.random.split(jax.random.wrap_key_data(self.key))
         self.key = jax.random.key_data(self.key)
         self.flat, self.opt_state, m = _train_step(
-            self.flat, self.opt_state, jax.tree.map(jnp.asarray, batch),
+            self.flat, self.opt_state, self._split_batch(batch),
             jnp.asarray(self.step, jnp.int32), self.train_tparams, self.vocab_ids,
             self.vocab_index, dcfg=self.dcfg, tcfg=self.tcfg, tc=self.tc)
         self.step += 1

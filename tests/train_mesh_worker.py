@@ -1,0 +1,88 @@
+"""Run by ``test_train_mesh.py`` in a subprocess with 8 host CPU devices: the drafter trainer on
+a mesh of 8 devices (the batch split over the ``data`` axis) computes the losses and
+parameters of 1 device, and a run checkpointed on 8 devices resumes on 1 as the unbroken run.
+
+Prints one ``ok`` line per check; exits non-zero (an AssertionError) on any mismatch.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+
+import jax
+import numpy as np
+
+import dominotree_jax as dj
+from dominotree_jax.config import DrafterConfig, TargetConfig
+from dominotree_jax.model.target import init_target_params
+from dominotree_jax.sharding import make_mesh
+from dominotree_jax.train.dataset import SequenceDataset
+from dominotree_jax.train.features import FeatureCache
+from dominotree_jax.train.generate import generate_answers
+from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.trainer import TrainConfig, Trainer
+
+TCFG = TargetConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    rope_theta=10000.0, architecture="LlamaForCausalLM")
+DCFG = DrafterConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, block_size=4,
+                     mask_token_id=127, num_target_layers=3, target_layer_ids=(0, 1),
+                     rope_theta=10000.0, shift_label=True, projector_type="domino",
+                     gru_hidden_dim=16, emb_dim=16, pure_draft_prefix_len=1)
+TC = TrainConfig(steps=4, batch=8, anchors=4, lr=3e-3, warmup=2, seed=0, ckpt_every_s=1e9)
+RTOL, ATOL = 2e-4, 2e-5
+
+
+def main() -> int:
+    assert len(jax.devices()) == 8, jax.devices()
+    root = tempfile.mkdtemp()
+    params = init_target_params(TCFG, seed=0)
+    params["embed_tokens"]["weight"][...] = params["embed_tokens"]["weight"][...] * 50.0
+    target = dj.Target(TCFG, params, None)
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(1, 120, size=int(rng.integers(4, 20)))) for _ in range(24)]
+    store = ShardStore(f"{root}/data", vocab_size=TCFG.vocab_size)
+    generate_answers(target, store, [(p, "test") for p in prompts], batch=8, max_new=20,
+                     seed=0, log=lambda m: None)
+    ds = SequenceDataset(store, FeatureCache(f"{root}/f", TCFG, target.params, (0, 1)), 40)
+    ids, _ = ds.split(10)
+
+    def trainer(name, mesh):
+        return Trainer(DCFG, TCFG, target.params, ds, ids, TC, f"{root}/{name}",
+                       progress=False, mesh=mesh)
+
+    one = trainer("one", make_mesh(1, 1, devices=jax.devices()[:1]))
+    h1 = one.fit()
+    eight = trainer("eight", make_mesh(8, 1))
+    assert eight.mesh.shape["data"] == 8
+    h8 = eight.fit()
+    np.testing.assert_allclose([h["loss"] for h in h8], [h["loss"] for h in h1], rtol=RTOL)
+    for k, v in one.flat.items():
+        np.testing.assert_allclose(np.asarray(eight.flat[k]), np.asarray(v), rtol=RTOL,
+                                   atol=ATOL, err_msg=k)
+    print("ok 8 devices = 1 device over", TC.steps, "steps")
+    # a run checkpointed on 8 devices, resumed on 1
+    a = trainer("moved", make_mesh(8, 1))
+    a.fit(num_steps=2)
+    a.close()
+    b = trainer("moved", make_mesh(1, 1, devices=jax.devices()[:1]))
+    assert b.step == 2
+    b.fit()
+    for k, v in one.flat.items():
+        np.testing.assert_allclose(np.asarray(b.flat[k]), np.asarray(v), rtol=RTOL, atol=ATOL,
+                                   err_msg=k)
+    print("ok resumed on 1 device after 2 steps on 8 = the unbroken run")
+    try:
+        trainer("odd", make_mesh(3, 1, devices=jax.devices()[:3]))
+    except ValueError as e:
+        assert "does not split over the 3 devices" in str(e), e
+        print("ok a batch the data axis does not divide is refused")
+    for t in (one, eight, b):
+        t.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
