@@ -38,22 +38,13 @@ def main(argv=None):
     from dominotree_jax.model.drafter import restrict_to_draft_vocab
     from dominotree_jax.timing import bf16_units, cpu_model
     from dominotree_jax.train.dataset import SequenceDataset
+    from dominotree_jax.train.features import TokensOnly
     from dominotree_jax.train.draft_vocab import coverage, frequent_answer_tokens
     from dominotree_jax.train.shards import ShardStore
 
     pair, _, drafter_name = load_models(None, None, "float32")
     V = pair.target.config.vocab_size
-
-    class NoFeatures:   # frequencies read tokens only
-        width = 0
-
-        def get(self, entry, shard):
-            return None
-
-        class tcfg:
-            hidden_size = 0
-
-    ds = SequenceDataset(ShardStore(args.data), NoFeatures(), seq_len=1 << 20)
+    ds = SequenceDataset(ShardStore(args.data), TokensOnly(), seq_len=1 << 20)
     train_ids, held_ids = ds.split(5)
     variants = {"full": (pair.drafter_config, pair.params["drafter"], 1.0)}
     for size in (int(x) for x in args.sizes.split(",")):

@@ -21,23 +21,8 @@ CAMPAIGN=${CAMPAIGN:-data/campaign/v5}
 TRAIN_MIN=${TRAIN_MIN:-7}
 STEPS=${STEPS:-}
 EVAL=${EVAL:-0}   # the benchmark sets are evaluated back on the CPU (their packages)
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
 LOG="$OUT/campaign_stdout.txt"
-{
-  date -u
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | head -3
-  "$PY" -c "import jax; print('jax', jax.__version__, jax.devices())"
-} > "$LOG" 2>&1
-if [ -d .gpu_wheels ] && ls .gpu_wheels/*.whl > /dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu_wheels/*.whl \
-    >> "$LOG" 2>&1 || { echo "wheel install failed" >> "$LOG"; exit 2; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-for d in .gpu_carry/p*; do [ -d "$d" ] && mkdir -p "$PARTS" && cp "$d"/* "$PARTS"/; done
-if [ ! -f "$GGUF" ]; then
-  "$PY" -m benchmarks.gpu_carry join "$PARTS" --out "$GGUF" >> "$LOG" 2>&1 || exit 3
-fi
+source "$(dirname "$0")/gpu_prelude.sh"
 # the committed state travels in parts too (the tree would pass the call's 64 MiB with it)
 for d in .gpu_carry_state/p*; do [ -d "$d" ] && mkdir -p /tmp/state_parts && cp "$d"/* /tmp/state_parts/; done
 if [ ! -f "$CAMPAIGN/state.npz" ] && [ -f /tmp/state_parts/manifest.json ]; then

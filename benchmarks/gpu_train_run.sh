@@ -22,23 +22,9 @@ STEPS=${STEPS:-1700}
 BATCH=${BATCH:-32}
 SHARD_FROM=${SHARD_FROM:-200}
 SHARDS=${SHARDS:-300}
-mkdir -p "$OUT" "$RUN"
-export PYTHONUNBUFFERED=1
+mkdir -p "$RUN"
 LOG="$OUT/train_stdout.txt"
-{
-  date -u
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | head -3
-  "$PY" -c "import jax; print('jax', jax.__version__, jax.devices())"
-} > "$LOG" 2>&1
-if [ -d .gpu_wheels ] && ls .gpu_wheels/*.whl > /dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu_wheels/*.whl \
-    >> "$LOG" 2>&1 || { echo "wheel install failed" >> "$LOG"; exit 2; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-for d in .gpu_carry/p*; do [ -d "$d" ] && mkdir -p "$PARTS" && cp "$d"/* "$PARTS"/; done
-if [ ! -f "$GGUF" ]; then
-  "$PY" -m benchmarks.gpu_carry join "$PARTS" --out "$GGUF" >> "$LOG" 2>&1 || exit 3
-fi
+source "$(dirname "$0")/gpu_prelude.sh"
 DEADLINE=$(date -u -d "+${TRAIN_MIN} min" +%H:%M)
 echo "training until $DEADLINE UTC" >> "$LOG"
 "$PY" -m dominotree_jax.train --stage train --target "$GGUF" --data data/smollm2 --out "$RUN" \

@@ -61,18 +61,10 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     from dominotree_jax.train.dataset import SequenceDataset
+    from dominotree_jax.train.features import TokensOnly
     from dominotree_jax.train.shards import ShardStore
 
-    class NoFeatures:   # the table reads tokens only
-        width = 0
-
-        def get(self, entry, shard):
-            return None
-
-        class tcfg:
-            hidden_size = 0
-
-    ds = SequenceDataset(ShardStore(args.data), NoFeatures(), seq_len=1 << 20)
+    ds = SequenceDataset(ShardStore(args.data), TokensOnly(), seq_len=1 << 20)
     _, held = ds.split(args.heldout_pct)
     out = measure(ds, held[:args.seqs])
     out["settings"] = vars(args)

@@ -15,34 +15,19 @@ import shutil
 import numpy as np
 import pytest
 
-import dominotree_jax as dj
-from dominotree_jax.config import TargetConfig
-from dominotree_jax.model.target import init_target_params
 from dominotree_jax.train import campaign as C
 from dominotree_jax.train import compact_state
 from dominotree_jax.train.dataset import SequenceDataset, batch_stream, epoch_order
 from dominotree_jax.train.draft_vocab import coverage, frequent_answer_tokens
 from dominotree_jax.train.features import FeatureCache, OnTheFlyFeatures
-from dominotree_jax.train.generate import generate_answers
 from dominotree_jax.train.shards import ShardStore
 from dominotree_jax.train.trainer import TrainConfig
-
-TCFG = TargetConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                    rope_theta=10000.0, architecture="LlamaForCausalLM")
-
+from train_fixtures import TCFG, tiny_target_and_answers
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("campaign")
-    params = init_target_params(TCFG, seed=0)
-    params["embed_tokens"]["weight"][...] = params["embed_tokens"]["weight"][...] * 50.0
-    target = dj.Target(TCFG, params, None)
-    rng = np.random.default_rng(0)
-    prompts = [list(rng.integers(1, 120, size=int(rng.integers(4, 20)))) for _ in range(24)]
-    store = ShardStore(str(root / "data"), vocab_size=TCFG.vocab_size)
-    generate_answers(target, store, [(p, "test") for p in prompts], batch=8, max_new=20,
-                     seed=0, log=lambda m: None)
+    target, _, _ = tiny_target_and_answers(str(root / "data"))
     plan = C.CampaignPlan(
         name="tiny", data=str(root / "data"), trim_loops=0, seq_len=40, draft_vocab=48,
         feature_precision="float32", layers=1, intermediate=96, taps=(0, 1), block_size=4,
@@ -57,6 +42,17 @@ def setup(tmp_path_factory):
 
 def _params(tr):
     return {k: np.asarray(v) for k, v in tr.flat.items()}
+
+
+def _window(setup, home: str, steps: int, ckpt: str) -> None:
+    """One work window: a copy of the campaign in ``home`` trains ``steps`` steps and writes
+    its committed state."""
+    _, target, plan, src = setup
+    shutil.copytree(src, home)
+    tr = C.make_trainer(home, plan, target, ckpt_dir=ckpt)
+    tr.fit(num_steps=steps)
+    C.save_committed(home, tr)
+    tr.close()
 
 
 def test_quantizers_bound_their_error():
@@ -144,11 +140,7 @@ def test_resume_from_committed_files_in_a_fresh_directory(setup, tmp_path):
     u.fit()
     # window 1 in one home; only its committed files go to a fresh home (another host)
     w1 = str(tmp_path / "w1")
-    shutil.copytree(home, w1)
-    b = C.make_trainer(w1, plan, target, ckpt_dir=str(tmp_path / "b_ckpt"))
-    b.fit(num_steps=3)
-    C.save_committed(w1, b)
-    b.close()
+    _window(setup, w1, 3, str(tmp_path / "b_ckpt"))
     w2 = str(tmp_path / "w2")
     os.makedirs(w2)
     for name in ("campaign.json", "d2t.npy", "state.npz", "state.json", "train_log.csv"):
@@ -176,11 +168,7 @@ def test_a_campaign_refuses_what_it_cannot_continue(setup, tmp_path):
     with pytest.raises(FileNotFoundError, match="no campaign"):
         C.load_plan(str(tmp_path))
     bad = str(tmp_path / "bad")
-    shutil.copytree(home, bad)
-    tr = C.make_trainer(bad, plan, target, ckpt_dir=str(tmp_path / "ck"))
-    tr.fit(num_steps=1)
-    C.save_committed(bad, tr)
-    tr.close()
+    _window(setup, bad, 1, str(tmp_path / "ck"))
     with np.load(os.path.join(bad, "state.npz")) as z:
         arrays = {k: z[k] for k in z.files if k != "p/fc.weight"}
     np.savez(os.path.join(bad, "state.npz"), **arrays)

@@ -11,43 +11,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import dominotree_jax as dj
 from convert.drafter import load_drafter, save_drafter
-from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.state import state_to_flat
-from dominotree_jax.model.target import init_target_params
 from dominotree_jax.train import dataset as D
 from dominotree_jax.train.features import FeatureCache
-from dominotree_jax.train.generate import generate_answers
 from dominotree_jax.train.loss import loss_and_metrics, target_soft_logits
-from dominotree_jax.train.shards import ShardStore
 from dominotree_jax.train.loss import curriculum_lambda
 from dominotree_jax.train.trainer import TrainConfig, Trainer, evaluate, fill_untrained_rows
+from train_fixtures import DCFG, TAPS, TCFG, tiny_target_and_answers
 
-TCFG = TargetConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                    rope_theta=10000.0, architecture="LlamaForCausalLM")
-TAPS = (0, 1)
-DCFG = DrafterConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, block_size=4,
-                     mask_token_id=127, num_target_layers=3, target_layer_ids=TAPS,
-                     rope_theta=10000.0, shift_label=True, projector_type="domino",
-                     gru_hidden_dim=16, emb_dim=16, pure_draft_prefix_len=1)
 SEQ_LEN = 40
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
-    params = init_target_params(TCFG, seed=0)
-    # Sharper random target so greedy continuations are not constant.
-    params["embed_tokens"]["weight"][...] = params["embed_tokens"]["weight"][...] * 50.0
-    target = dj.Target(TCFG, params, None)
-    rng = np.random.default_rng(0)
-    prompts = [list(rng.integers(1, 120, size=int(rng.integers(4, 20)))) for _ in range(24)]
-    store = ShardStore(str(root / "data"), vocab_size=TCFG.vocab_size)
-    stats = generate_answers(target, store, [(p, "test") for p in prompts], batch=8, max_new=20,
-                             seed=0, log=lambda m: None)
+    target, store, stats = tiny_target_and_answers(str(root / "data"))
     assert stats["answer_tokens"] > 0 and stats["batches"] == 3
     feats = FeatureCache(str(root / "features"), TCFG, target.params, TAPS, batch=8)
     ds = D.SequenceDataset(store, feats, SEQ_LEN)

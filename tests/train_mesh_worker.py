@@ -13,24 +13,12 @@ import tempfile
 import jax
 import numpy as np
 
-import dominotree_jax as dj
-from dominotree_jax.config import DrafterConfig, TargetConfig
-from dominotree_jax.model.target import init_target_params
 from dominotree_jax.sharding import make_mesh
 from dominotree_jax.train.dataset import SequenceDataset
 from dominotree_jax.train.features import FeatureCache
-from dominotree_jax.train.generate import generate_answers
-from dominotree_jax.train.shards import ShardStore
 from dominotree_jax.train.trainer import TrainConfig, Trainer
+from train_fixtures import DCFG, TCFG, tiny_target_and_answers
 
-TCFG = TargetConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                    rope_theta=10000.0, architecture="LlamaForCausalLM")
-DCFG = DrafterConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, block_size=4,
-                     mask_token_id=127, num_target_layers=3, target_layer_ids=(0, 1),
-                     rope_theta=10000.0, shift_label=True, projector_type="domino",
-                     gru_hidden_dim=16, emb_dim=16, pure_draft_prefix_len=1)
 TC = TrainConfig(steps=4, batch=8, anchors=4, lr=3e-3, warmup=2, seed=0, ckpt_every_s=1e9)
 RTOL, ATOL = 2e-4, 2e-5
 
@@ -38,14 +26,7 @@ RTOL, ATOL = 2e-4, 2e-5
 def main() -> int:
     assert len(jax.devices()) == 8, jax.devices()
     root = tempfile.mkdtemp()
-    params = init_target_params(TCFG, seed=0)
-    params["embed_tokens"]["weight"][...] = params["embed_tokens"]["weight"][...] * 50.0
-    target = dj.Target(TCFG, params, None)
-    rng = np.random.default_rng(0)
-    prompts = [list(rng.integers(1, 120, size=int(rng.integers(4, 20)))) for _ in range(24)]
-    store = ShardStore(f"{root}/data", vocab_size=TCFG.vocab_size)
-    generate_answers(target, store, [(p, "test") for p in prompts], batch=8, max_new=20,
-                     seed=0, log=lambda m: None)
+    target, store, _ = tiny_target_and_answers(f"{root}/data")
     ds = SequenceDataset(store, FeatureCache(f"{root}/f", TCFG, target.params, (0, 1)), 40)
     ids, _ = ds.split(10)
 

@@ -164,3 +164,17 @@ class _PrefetchedShard:
             raise ValueError(f"{self.file} row {r}: {sl.stop - off} positions asked, "
                              f"{len(row)} prefetched")
         return row[sl.start - off:sl.stop - off]
+
+
+class TokensOnly:
+    """No features (width 0): a ``SequenceDataset`` for readers of token ids alone (token
+    frequencies, lookup statistics), with no target forward."""
+
+    width = 0
+
+    def __init__(self):
+        import types
+        self.tcfg = types.SimpleNamespace(hidden_size=0)
+
+    def get(self, entry: dict, shard: dict) -> None:
+        return None
