@@ -15,7 +15,6 @@ import pytest
 
 import dominotree_jax as dj
 from dominotree_jax.model.state import state_to_flat
-from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter
 from dominotree_jax.model.target import bind_target, init_target_params
 from dominotree_jax.train import dataset as D
@@ -28,18 +27,13 @@ from dominotree_jax.train.shards import ShardStore
 from dominotree_jax.train.target_init import target_layer_init
 from dominotree_jax.train.trainer import TrainConfig, Trainer, evaluate, init_params
 from dominotree_jax.tree.reference import gru_step_numpy
+import train_fixtures
 
 # Tied embeddings, as SmolLM2: the LM head is the embedding matrix.
-TCFG = TargetConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                    rope_theta=10000.0, architecture="LlamaForCausalLM",
-                    tie_word_embeddings=True)
-TAPS = (0, 1)
-DCFG = DrafterConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, block_size=4,
-                     mask_token_id=95, num_target_layers=3, target_layer_ids=TAPS,
-                     rope_theta=10000.0, shift_label=True, projector_type="domino",
-                     gru_hidden_dim=16, emb_dim=16, pure_draft_prefix_len=1)
+TCFG = dataclasses.replace(train_fixtures.TCFG, vocab_size=96, tie_word_embeddings=True)
+TAPS = train_fixtures.TAPS
+DCFG = dataclasses.replace(train_fixtures.DCFG, vocab_size=96, num_hidden_layers=2,
+                           mask_token_id=95)
 SEQ_LEN = 40
 TOPK = 6
 
