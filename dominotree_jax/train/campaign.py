@@ -164,8 +164,6 @@ def save_committed(root: str, trainer) -> int:
 
 def load_committed(root: str, trainer) -> bool:
     """Put the committed state into ``trainer`` when it is ahead of it; returns whether."""
-    import jax.numpy as jnp
-
     from dominotree_jax.train import compact_state
     meta_path = os.path.join(root, "state.json")
     if not os.path.exists(meta_path):
@@ -176,10 +174,10 @@ def load_committed(root: str, trainer) -> bool:
         return False
     with np.load(os.path.join(root, "state.npz")) as z:
         arrays = {k: z[k] for k in z.files}
-    trainer.flat, trainer.opt_state = compact_state.restore(arrays, trainer.flat,
-                                                           trainer.opt_state)
+    trainer.flat, trainer.opt_state = trainer._replicated(compact_state.restore(
+        arrays, trainer.flat, trainer.opt_state))
     trainer.step = int(meta["step"])
-    trainer.key = jnp.asarray(np.asarray(meta["key"], np.uint32))
+    trainer.key = np.asarray(meta["key"], np.uint32)
     trainer._trim_csv()
     return True
 

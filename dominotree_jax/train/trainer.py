@@ -161,6 +161,16 @@ def _eval_impl(flat_or_state, tparams, batch, *, dcfg, tcfg):
 _eval_step = jax.jit(_eval_impl, static_argnames=("dcfg", "tcfg"))
 
 
+def _global_array(x, sharding):
+    """``x`` (the same host value in every process) as one array laid out by ``sharding``, each
+    process filling the shards of its own devices (a plain ``device_put`` in one process)."""
+    if jax.process_count() == 1:
+        return jax.device_put(x, sharding)
+    host = np.asarray(x) if not isinstance(x, jax.Array) or x.is_fully_addressable else \
+        np.asarray(x.addressable_data(0))
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+
 class Trainer:
     """Owns the training state; ``fit`` runs steps, checkpoints and logs."""
 
@@ -227,7 +237,7 @@ class Trainer:
         if self.vocab_ids is not None:
             self.vocab_ids = self._replicated(self.vocab_ids)
             self.vocab_index = self._replicated(self.vocab_index)
-        self.opt_state = make_optimizer(tc)[0].init(self.flat)
+        self.opt_state = self._replicated(make_optimizer(tc)[0].init(self.flat))
         self.step = 0
         self.key = jax.random.key_data(jax.random.key(tc.seed))
         self.history: list[dict] = []
@@ -239,13 +249,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ placement
     def _replicated(self, tree):
-        """``tree`` on every device of the mesh (parameters, optimizer state, the target)."""
+        """``tree`` on every device of the mesh (parameters, optimizer state, the target);
+        with several processes (``jax.distributed``) each supplies its own devices' copies."""
         from jax.sharding import NamedSharding, PartitionSpec
         rep = NamedSharding(self.mesh, PartitionSpec())
-        return jax.tree.map(lambda x: jax.device_put(x, rep), tree)
+        return jax.tree.map(lambda x: _global_array(x, rep), tree)
 
     def _split_batch(self, batch: dict) -> dict:
-        """A host batch with its rows (the leading axis) split over the mesh's data axis."""
+        """A host batch with its rows (the leading axis) split over the mesh's data axis; each
+        process supplies the rows of its own devices."""
         from jax.sharding import NamedSharding, PartitionSpec
 
         from dominotree_jax.sharding import DATA
@@ -253,7 +265,7 @@ class Trainer:
         def put(x):
             x = np.asarray(x)
             spec = PartitionSpec(DATA, *([None] * (x.ndim - 1)))
-            return jax.device_put(x, NamedSharding(self.mesh, spec))
+            return _global_array(x, NamedSharding(self.mesh, spec))
         return {k: put(v) for k, v in batch.items()}
 
     # ------------------------------------------------------------------ state
@@ -269,8 +281,9 @@ class Trainer:
         return flat_to_state(self.dcfg, flat)
 
     def _state(self):
+        # the key as host data: every process holds the same one (orbax writes it once)
         return {"params": self.flat, "opt_state": self.opt_state,
-                "step": np.asarray(self.step, np.int64), "key": self.key}
+                "step": np.asarray(self.step, np.int64), "key": np.asarray(self.key)}
 
     def save(self):
         if self._mgr.latest_step() == self.step:   # already saved (a periodic checkpoint)
@@ -282,8 +295,8 @@ class Trainer:
         step = self._mgr.latest_step() if step is None else step
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self._state())
         st = self._mgr.restore(step, args=ocp.args.StandardRestore(abstract))
-        self.flat, self.opt_state = st["params"], st["opt_state"]
-        self.step, self.key = int(st["step"]), st["key"]
+        self.flat, self.opt_state = self._replicated((st["params"], st["opt_state"]))
+        self.step, self.key = int(st["step"]), np.asarray(st["key"])
         self._trim_csv()
 
     def close(self):
