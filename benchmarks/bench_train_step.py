@@ -1,7 +1,7 @@
 """The drafter trainer's seconds per step under several settings, side by side in one process.
 
 Builds one ``Trainer`` per arm exactly as ``python -m dominotree_jax.train --stage train`` does
-(``train.__main__._trainer``: same data, features, drafter flags and seed; only the arm's own
+(``train.run.make_trainer``: same data, features, drafter flags and seed; only the arm's own
 flags and the run directory differ), feeds every arm the same batches
 (``dataset.batch_stream``) and times ``Trainer.train_step`` (to the fetched metrics) in turn,
 rotating which arm goes first every step so load drift hits all alike. The first step of each
@@ -64,7 +64,7 @@ def main(argv=None):
         if os.path.exists(os.path.join(args.out_root, name, "run.json")):
             raise SystemExit(f"{args.out_root}/{name} already holds a run; pick a new --out-root")
 
-    from dominotree_jax.train import __main__ as cli
+    from dominotree_jax.train import run as cli
     from dominotree_jax.train.dataset import batch_stream
 
     parsed, first = {}, None
@@ -82,8 +82,8 @@ def main(argv=None):
     trainers, target = {}, None
     for name, targs in parsed.items():
         os.makedirs(targs.out, exist_ok=True)
-        target = target or cli._load_target(targs)
-        trainers[name], _ = cli._trainer(targs, target)
+        target = target or cli.load_target(targs)
+        trainers[name], _ = cli.make_trainer(targs, target)
     names = list(trainers)
     tr0 = trainers[names[0]]
     tc = tr0.tc

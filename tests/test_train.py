@@ -350,7 +350,7 @@ def test_keep_best_measures_the_reference_once(setup, tmp_path):
     import dataclasses
     import types
 
-    from dominotree_jax.train.__main__ import keep_best
+    from dominotree_jax.train.run import keep_best
     root, target, ds, _, held = setup
     a = _trainer(setup, "keep_best", 2)
     ref_dir = str(tmp_path / "ref")
@@ -381,7 +381,7 @@ def test_keep_best_measures_the_reference_once(setup, tmp_path):
 
 
 def test_run_settings_fix_the_feature_precision_and_default_old_runs(tmp_path):
-    from dominotree_jax.train.__main__ import parse_args, run_settings
+    from dominotree_jax.train.run import parse_args, run_settings
     new = tmp_path / "new"
     new.mkdir()
     args = parse_args(["--out", str(new), "--shards", "2", "--feature-precision", "bfloat16"])

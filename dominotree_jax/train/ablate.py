@@ -75,7 +75,7 @@ def main(argv=None):
 
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
-    from dominotree_jax.train.__main__ import drafter_config
+    from dominotree_jax.train.run import drafter_config
     from dominotree_jax.train.dataset import SequenceDataset, active_vocab
     from dominotree_jax.train.features import FeatureCache, cache_root
     from dominotree_jax.train.shards import ShardStore
