@@ -39,18 +39,20 @@ def main(argv=None):
     from dominotree_jax.timing import bf16_units, cpu_model
     from dominotree_jax.train.dataset import SequenceDataset
     from dominotree_jax.train.features import TokensOnly
-    from dominotree_jax.train.draft_vocab import coverage, frequent_answer_tokens
+    from dominotree_jax.train.draft_vocab import answer_token_counts, most_frequent, share_inside
     from dominotree_jax.train.shards import ShardStore
 
     pair, _, drafter_name = load_models(None, None, "float32")
     V = pair.target.config.vocab_size
     ds = SequenceDataset(ShardStore(args.data), TokensOnly(), seq_len=1 << 20)
     train_ids, held_ids = ds.split(5)
+    train_counts = answer_token_counts(ds, train_ids, V)
+    held_counts = answer_token_counts(ds, held_ids, V)
     variants = {"full": (pair.drafter_config, pair.params["drafter"], 1.0)}
     for size in (int(x) for x in args.sizes.split(",")):
-        d2t = frequent_answer_tokens(ds, train_ids, size, V)
+        d2t = most_frequent(train_counts, size)
         cfg, params = restrict_to_draft_vocab(pair.drafter_config, pair.params["drafter"], d2t)
-        variants[f"{size // 1024}k"] = (cfg, params, coverage(ds, held_ids, d2t, V))
+        variants[f"{size // 1024}k"] = (cfg, params, share_inside(held_counts, d2t))
     decoders, configs = {}, {}
     for name, (cfg, params, _) in variants.items():
         decoders[name] = CompiledDecoders({"target": pair.params["target"], "drafter": params})

@@ -317,14 +317,12 @@ def restrict_to_draft_vocab(cfg: DrafterConfig, params, d2t):
     ids = check_draft_vocab(d2t, cfg.vocab_size)
     new_cfg = dataclasses.replace(cfg, draft_vocab_size=len(ids))
     _, abstract = drafter_graphdef(new_cfg, params_precision(params, "drafter parameters"))
-    out = jax.tree.map(lambda x: x, abstract)
     from dominotree_jax.model.state import state_from_flat, state_to_flat
     flat = state_to_flat(params)
     if cfg.is_domino:
         flat["embed_proj.2.weight"] = flat["embed_proj.2.weight"][ids]
     flat["d2t"] = ids
-    out = state_from_flat(out, {k: jnp.asarray(v) for k, v in flat.items()})
-    return new_cfg, out
+    return new_cfg, state_from_flat(abstract, {k: jnp.asarray(v) for k, v in flat.items()})
 
 
 def with_draft_vocab(cfg: DrafterConfig, params, d2t):

@@ -122,7 +122,7 @@ def sequence_weights(plan: CampaignPlan, ds, ids) -> np.ndarray:
 
 def start(root: str, plan: CampaignPlan, target, log=print) -> CampaignPlan:
     """Create the campaign in ``root``: fix the shard count and the draft vocabulary."""
-    from dominotree_jax.train.draft_vocab import coverage, frequent_answer_tokens
+    from dominotree_jax.train.draft_vocab import answer_token_counts, most_frequent, share_inside
     from dominotree_jax.train.shards import ShardStore
     if os.path.exists(plan_path(root)):
         raise FileExistsError(f"{root} already holds a campaign; continue it instead")
@@ -132,12 +132,14 @@ def start(root: str, plan: CampaignPlan, target, log=print) -> CampaignPlan:
         plan = dataclasses.replace(plan, shards=n)
     ds = dataset(plan, target)
     train_ids, held_ids = ds.split(plan.heldout_pct)
-    d2t = frequent_answer_tokens(ds, train_ids, plan.draft_vocab, target.config.vocab_size)
-    np.save(os.path.join(root, "d2t.npy"), d2t)
     V = target.config.vocab_size
-    cov = {str(k): coverage(ds, held_ids, frequent_answer_tokens(ds, train_ids, k, V), V)
+    train_counts = answer_token_counts(ds, train_ids, V)   # counted once each
+    held_counts = answer_token_counts(ds, held_ids, V)
+    d2t = most_frequent(train_counts, plan.draft_vocab)
+    np.save(os.path.join(root, "d2t.npy"), d2t)
+    cov = {str(k): share_inside(held_counts, most_frequent(train_counts, k))
            for k in (8192, 16384, 32768) if k < V}
-    cov[str(plan.draft_vocab)] = coverage(ds, held_ids, d2t, V)
+    cov[str(plan.draft_vocab)] = share_inside(held_counts, d2t)
     with open(os.path.join(root, "coverage.json"), "w") as f:
         json.dump({"held_out_answer_token_coverage": cov}, f, indent=1)
     with open(plan_path(root), "w") as f:
@@ -286,7 +288,10 @@ def continue_campaign(root: str, target, *, deadline: float | None = None,
 
     def eval_fn(trainer):
         m = evaluator(trainer.dcfg, trainer.params)
-        best = json.load(open(best_path)) if os.path.exists(best_path) else None
+        best = None
+        if os.path.exists(best_path):
+            with open(best_path) as f:
+                best = json.load(f)
         ref = reference(root, evaluator, target)
         if m["mean_tau_corr"] > max(ref["mean_tau_corr"], best["mean_tau_corr"] if best else 0):
             from convert.drafter import save_drafter
@@ -362,8 +367,10 @@ def main(argv=None) -> int:
     from dominotree_jax.assets import smollm2_gguf_path
     if args.action == "status":
         plan = load_plan(args.dir)
-        step = json.load(open(os.path.join(args.dir, "state.json")))["step"] if os.path.exists(
-            os.path.join(args.dir, "state.json")) else 0
+        step = 0
+        if os.path.exists(os.path.join(args.dir, "state.json")):
+            with open(os.path.join(args.dir, "state.json")) as f:
+                step = json.load(f)["step"]
         print(f"campaign {plan.name}: step {step} of {plan.train.steps}")
         return 0
     target = dj.load_target(args.target or smollm2_gguf_path())

@@ -17,19 +17,29 @@ def answer_token_counts(ds, ids, vocab_size: int) -> np.ndarray:
     return counts
 
 
+def most_frequent(counts, size: int) -> np.ndarray:
+    """The ``size`` ids of largest ``counts`` (ties: lower id), sorted: a ``d2t`` map."""
+    counts = np.asarray(counts)
+    if not 1 <= size <= len(counts):
+        raise ValueError(f"draft vocabulary size {size} outside [1, {len(counts)}]")
+    order = np.lexsort((np.arange(len(counts)), -counts))   # by count, then id
+    return np.sort(order[:size]).astype(np.int32)
+
+
+def share_inside(counts, d2t) -> float:
+    """The share of the tokens counted in ``counts`` that lie in ``d2t``."""
+    counts = np.asarray(counts)
+    return float(counts[np.asarray(d2t)].sum() / max(counts.sum(), 1))
+
+
 def frequent_answer_tokens(ds, ids, size: int, vocab_size: int) -> np.ndarray:
     """The ``size`` most frequent answer tokens of ``ids`` (ties: lower id), sorted: a
     ``d2t`` map. Fewer distinct tokens than ``size``: the lowest unseen ids fill it."""
     if not 1 <= size <= vocab_size:
         raise ValueError(f"draft vocabulary size {size} outside [1, {vocab_size}]")
-    counts = answer_token_counts(ds, ids, vocab_size)
-    order = np.lexsort((np.arange(vocab_size), -counts))   # by count, then id
-    return np.sort(order[:size]).astype(np.int32)
+    return most_frequent(answer_token_counts(ds, ids, vocab_size), size)
 
 
 def coverage(ds, ids, d2t, vocab_size: int) -> float:
     """The share of the answer tokens of ``ids`` that lie in ``d2t``."""
-    counts = answer_token_counts(ds, ids, vocab_size)
-    inside = np.zeros(len(counts), bool)
-    inside[np.asarray(d2t)] = True
-    return float(counts[inside].sum() / max(counts.sum(), 1))
+    return share_inside(answer_token_counts(ds, ids, vocab_size), d2t)
