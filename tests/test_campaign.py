@@ -143,7 +143,10 @@ def test_resume_from_committed_files_in_a_fresh_directory(setup, tmp_path):
     _window(setup, w1, 3, str(tmp_path / "b_ckpt"))
     w2 = str(tmp_path / "w2")
     os.makedirs(w2)
-    for name in ("campaign.json", "d2t.npy", "state.npz", "state.json", "train_log.csv"):
+    state_files = [f for f, _ in C.STATE_PARTS]
+    assert sorted(json.load(open(os.path.join(w1, "state.json")))["files"]) == sorted(state_files)
+    assert not os.path.exists(os.path.join(w1, "state.npz"))
+    for name in ("campaign.json", "d2t.npy", "state.json", "train_log.csv", *state_files):
         shutil.copy(os.path.join(w1, name), w2)
     assert C.load_plan(w2) == plan
     c = C.make_trainer(w2, plan, target, ckpt_dir=str(tmp_path / "c_ckpt"))   # fresh ckpt
@@ -169,11 +172,22 @@ def test_a_campaign_refuses_what_it_cannot_continue(setup, tmp_path):
         C.load_plan(str(tmp_path))
     bad = str(tmp_path / "bad")
     _window(setup, bad, 1, str(tmp_path / "ck"))
-    with np.load(os.path.join(bad, "state.npz")) as z:
-        arrays = {k: z[k] for k in z.files if k != "p/fc.weight"}
-    np.savez(os.path.join(bad, "state.npz"), **arrays)
+    params_file = os.path.join(bad, "state_params.npz")
+    with np.load(params_file) as z:
+        arrays = {k: z[k] for k in z.files}
+    np.savez(params_file, **{k: v for k, v in arrays.items() if k != "p/fc.weight"})
     with pytest.raises(KeyError, match="lacks p/fc.weight"):
         C.make_trainer(bad, plan, target, ckpt_dir=str(tmp_path / "ck2"))
+    os.remove(params_file)              # a state file left out of the commit is named
+    with pytest.raises(FileNotFoundError, match="state_params.npz"):
+        C.make_trainer(bad, plan, target, ckpt_dir=str(tmp_path / "ck3"))
+    # a state committed in the one-file form before the split still loads
+    np.savez(os.path.join(bad, "state.npz"), **arrays,
+             **dict(np.load(os.path.join(bad, "state_moments.npz"))))
+    meta = json.load(open(os.path.join(bad, "state.json")))
+    json.dump({k: v for k, v in meta.items() if k != "files"},
+              open(os.path.join(bad, "state.json"), "w"))
+    assert C.make_trainer(bad, plan, target, ckpt_dir=str(tmp_path / "ck4")).step == 1
     meta = json.load(open(os.path.join(bad, "state.json")))
     assert meta["step"] == 1 and meta["bytes"] > 0
     with pytest.raises(ValueError, match="draft vocabulary size"):

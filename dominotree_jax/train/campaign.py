@@ -6,8 +6,9 @@ directory (committed, ``data/campaign/<name>/``) holds all of it:
 
 - ``campaign.json``: the plan (``CampaignPlan``): data, drafter shape, recipe, total steps;
 - ``d2t.npy``: the draft vocabulary (``draft_vocab.frequent_answer_tokens``), fixed at start;
-- ``state.npz`` + ``state.json``: the training state in its committed form
-  (``compact_state``: bf16 parameters, 8/4-bit moments; ~3.5 bytes a parameter) and its step;
+- ``state_params.npz`` + ``state_moments.npz`` + ``state.json``: the training state in its
+  committed form (``compact_state``: bf16 parameters, 8/4-bit moments; ~3.5 bytes a parameter,
+  two files so that neither passes 30 MB) and its step;
 - ``train_log.csv``: the learning curve, one row a step; ``heldout_curve.jsonl``:
   teacher-forced chain τ on the benchmark sets at every evaluation (``BenchmarkEval``);
   ``windows.jsonl``: one row per window (host, CPU, steps, labels/s).
@@ -15,7 +16,7 @@ directory (committed, ``data/campaign/<name>/``) holds all of it:
 Features are computed for each batch (``features.OnTheFlyFeatures``), and batch ``k`` is a pure
 function of ``(seed, k)`` (``dataset.batch_stream``), so a resumed run sees exactly the batches
 an unbroken one would. Within a window a local orbax checkpoint (``runs/campaign-<name>/``)
-covers crashes; at the end ``state.npz`` is rewritten and must be committed.
+covers crashes; at the end the state files are rewritten and must be committed.
 
     python -m dominotree_jax.train.campaign start --dir data/campaign/v5 [settings]
     python -m dominotree_jax.train.campaign continue --dir data/campaign/v5 --until 23:50
@@ -150,18 +151,42 @@ def start(root: str, plan: CampaignPlan, target, log=print) -> CampaignPlan:
     return plan
 
 
+# the committed state's files: each kept under the 30 MB a single committed file may take
+STATE_PARTS = (("state_params.npz", ("p/",)), ("state_moments.npz", ("mu/", "nu/", "x/")))
+
+
 def save_committed(root: str, trainer) -> int:
-    """Write ``state.npz`` / ``state.json`` from the trainer; returns the bytes written."""
+    """Write the committed state (``STATE_PARTS`` + ``state.json``) from the trainer; returns
+    the bytes of its arrays."""
     from dominotree_jax.train import compact_state
     arrays = compact_state.compress(trainer.flat, trainer.opt_state)
-    tmp = os.path.join(root, "state.tmp.npz")
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, os.path.join(root, "state.npz"))
+    for fname, prefixes in STATE_PARTS:
+        part = {k: v for k, v in arrays.items() if k.startswith(prefixes)}
+        tmp = os.path.join(root, fname + ".tmp.npz")
+        np.savez_compressed(tmp, **part)
+        os.replace(tmp, os.path.join(root, fname))
+    legacy = os.path.join(root, "state.npz")      # the one-file form of window 1
+    if os.path.exists(legacy):
+        os.remove(legacy)
     meta = {"step": int(trainer.step), "key": np.asarray(trainer.key).tolist(),
-            "bytes": compact_state.nbytes(arrays)}
+            "bytes": compact_state.nbytes(arrays), "files": [f for f, _ in STATE_PARTS]}
     with open(os.path.join(root, "state.json"), "w") as f:
         json.dump(meta, f)
     return meta["bytes"]
+
+
+def committed_arrays(root: str, meta: dict) -> dict[str, np.ndarray]:
+    """The compact state's arrays from the files ``state.json`` names (``state.npz`` for a
+    state written before the split)."""
+    arrays: dict[str, np.ndarray] = {}
+    for fname in meta.get("files", ["state.npz"]):
+        path = os.path.join(root, fname)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"campaign {root}: state.json (step {meta['step']}) names "
+                                    f"{fname}, which is missing; commit every state file")
+        with np.load(path) as z:
+            arrays.update({k: z[k] for k in z.files})
+    return arrays
 
 
 def load_committed(root: str, trainer) -> bool:
@@ -174,8 +199,7 @@ def load_committed(root: str, trainer) -> bool:
         meta = json.load(f)
     if meta["step"] <= trainer.step:
         return False
-    with np.load(os.path.join(root, "state.npz")) as z:
-        arrays = {k: z[k] for k in z.files}
+    arrays = committed_arrays(root, meta)
     trainer.flat, trainer.opt_state = trainer._replicated(compact_state.restore(
         arrays, trainer.flat, trainer.opt_state))
     trainer.step = int(meta["step"])
