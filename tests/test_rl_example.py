@@ -1,5 +1,6 @@
 """Fresh parameter values never recompile ``decode``; the GRPO example's task, and its tunix
-GRPOLearner run (tiny model) with per-step CSV rows and resume."""
+GRPOLearner run (tiny model) through ``rollout.grpo_run`` with per-step CSV rows and resume,
+its report (``rollout.grpo_report``) and its speed comparison (``rollout.grpo_speed``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 
 from decode_helpers import FAST_XLA
 from dominotree_jax import DecodeConfig, decode
+from dominotree_jax.rollout import grpo_run
+from dominotree_jax.rollout.grpo_report import read_arm_csv, write_report
 from spec_fixtures import tiny_pair
 
 
@@ -61,8 +64,8 @@ def test_grpo_task_answers_and_rewards():
     grpo = _load_grpo()
     assert grpo.final_number("Mia has 12 apples. The answer is 1,204.") == 1204
     assert grpo.final_number(" 68.") == 68 and grpo.final_number("no number") is None
-    assert grpo.rewards([" 68.", "6 8", "", "It is 68 apples"], [68, 68, 1, 68]) == [
-        1.0, 0.0, 0.0, 1.0]
+    assert grpo.rewards(prompts=["q"] * 4, completions=[" 68.", "6 8", "", "It is 68 apples"],
+                        answer=[68, 68, 1, 68]) == [1.0, 0.0, 0.0, 1.0]
     rng = random.Random(3)
     for _ in range(200):   # every generated problem's answer follows from its own numbers
         text, ans = grpo.word_problem(rng)
@@ -79,15 +82,16 @@ def test_grpo_task_answers_and_rewards():
 def test_grpo_example_runs_tunix_learner_and_resumes(tmp_path):
     """The example's auto+refresh arm on the tiny model: tunix's GRPOLearner through RLCluster
     with our engine, one CSV row per step with the refresh's time and memory; a rerun skips
-    the complete arm, an incomplete CSV is rerun from step 0, other settings are refused."""
+    the complete arm, an incomplete CSV is rerun from step 0, other settings are refused; the
+    report tables the arm's rows and plots them."""
     pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
     grpo = _load_grpo()
     kw = dict(model="tiny", arms=("auto+refresh",), steps=2, prompts=2, group=2, max_new=6,
               out=str(tmp_path))
     path = tmp_path / "auto+refresh.csv"
-    path.write_text(",".join(grpo.FIELDS) + "\nauto+refresh,0\n")   # an interrupted run
-    assert grpo.main(**kw) == {"auto+refresh": 2}                     # rerun from step 0
-    rows = grpo.read_arm(str(path))
+    path.write_text(",".join(grpo_run.ARM_CSV_FIELDS) + "\nauto+refresh,0\n")   # interrupted
+    assert grpo.main(**kw) == {"auto+refresh": 2}                                  # rerun
+    rows = read_arm_csv(str(path))
     assert [r["step"] for r in rows] == [0, 1] and all(r["arm"] == "auto+refresh" for r in rows)
     assert all(r["tau"] >= 1.0 and r["rollout_tokens"] > 0 and r["rollout_s"] > 0
                and r["refresh_s"] > 0 and r["refresh_temp_bytes"] > 0 for r in rows)
@@ -95,9 +99,13 @@ def test_grpo_example_runs_tunix_learner_and_resumes(tmp_path):
                and r["rollout_calls"] == 2 for r in rows)   # 2 prompts, 1 per call
     assert all(r["compiles"] == 1 for r in rows)   # the carried auto state does not recompile
     assert grpo.main(**kw) == {"auto+refresh": 0}                     # complete: skipped
-    assert len(grpo.read_arm(str(path))) == 2
+    assert len(read_arm_csv(str(path))) == 2
     with pytest.raises(ValueError, match="other settings"):
         grpo.main(**dict(kw, steps=3))
+    table = write_report(str(tmp_path), grpo.ARMS)
+    assert table.splitlines()[2].startswith("| auto+refresh | 2 | ")
+    assert (tmp_path / "table.md").read_text() == table + "\n"
+    assert (tmp_path / "grpo.png").stat().st_size > 0
 
 
 COMPARED = ("reward_mean", "rollout_tokens", "tau", "draft_size", "completion_len",
@@ -121,7 +129,7 @@ def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
     class Crash(Exception):
         pass
 
-    logged = grpo.StepLog.__call__
+    logged = grpo_run.StepLog.__call__
 
     def crash_in_step_2(self, *a, **k):
         out = logged(self, *a, **k)
@@ -129,13 +137,13 @@ def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
             raise Crash
         return out
 
-    monkeypatch.setattr(grpo.StepLog, "__call__", crash_in_step_2)
+    monkeypatch.setattr(grpo_run.StepLog, "__call__", crash_in_step_2)
     with pytest.raises(Crash):
         grpo.main(**kw, out=str(two))
-    assert [r["step"] for r in grpo.read_arm(str(two / "auto+refresh.csv"))] == [0, 1, 2]
+    assert [r["step"] for r in read_arm_csv(str(two / "auto+refresh.csv"))] == [0, 1, 2]
     monkeypatch.undo()   # 3 rows, but checkpoint 2: not complete
     assert grpo.main(**kw, out=str(two), save_dir=str(two / "pol")) == {"auto+refresh": 3}
-    a, b = (grpo.read_arm(str(d / "auto+refresh.csv")) for d in (one, two))
+    a, b = (read_arm_csv(str(d / "auto+refresh.csv")) for d in (one, two))
     assert [r["step"] for r in b] == [0, 1, 2]
     for ra, rb in zip(a, b):
         assert {k: ra[k] for k in COMPARED} == pytest.approx({k: rb[k] for k in COMPARED},

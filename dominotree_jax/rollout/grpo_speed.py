@@ -1,0 +1,94 @@
+"""Rollout speed of GRPO arms side by side: the same prompts, policy weights and sampling keys,
+in one process, arm after arm in turn, for a load-free tokens/s comparison (run it with nothing
+else on the machine); rows appended to ``<out>/speed.csv`` (``grpo_report`` tables them)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import time
+from typing import Callable
+
+import jax.numpy as jnp
+import numpy as np
+
+from dominotree_jax.rollout.grpo_task import ArmTask, sampling_config
+from dominotree_jax.rollout.tunix_engine import DominoTreeRollout
+from dominotree_jax.rollout.tunix_model import TunixCausalLM
+
+
+def load_flat(template, path: str):
+    """A parameter tree shaped like ``template`` from an ``.npz`` of ``state_to_flat`` names
+    (``grpo_run.save_trained``'s files)."""
+    from dominotree_jax.model.state import state_from_flat
+    with np.load(path) as z:
+        return state_from_flat(template, {k: jnp.asarray(z[k]) for k in z.files})
+
+
+def compare_rollout_speed(task: ArmTask, batch: dict, reward_fn: Callable, out: str,
+                          policies=(), arms=("ar", "auto"), reps: int = 3, group: int = 4,
+                          max_new: int = 48, temperature: float = 0.9, seed: int = 1234,
+                          rollout_prompts: int = 1) -> list[dict]:
+    """Tokens/s, τ and reward of ``arms`` rolling out ``batch["prompts"]`` x ``group``, in
+    calls of ``rollout_prompts`` prompts x the group, ``reps`` timed rounds after an untimed
+    one (it compiles), for the initial policy and then each ``(label, path)`` of ``policies``
+    (``<arm>_policy.npz`` files, loaded with ``update_params``: no recompilation; a
+    ``<arm>_drafter.npz`` beside one is the drafter the drafting arms use with it, else the
+    initial one). ``reward_fn`` is tunix's (``prompts``, ``completions``, the batch's other
+    fields). Returns the rows, also appended to ``<out>/speed.csv``."""
+    texts = [p for p in batch["prompts"] for _ in range(group)]
+    fields = {k: [v for v in vs for _ in range(group)] for k, vs in batch.items()
+              if k != "prompts"}
+    rc = sampling_config(task, max_new, temperature)
+    options = {arm: task.engine_options(arm, {}) for arm in arms}
+    engines = {arm: DominoTreeRollout(
+        rollout_actor=TunixCausalLM.from_params(task.tcfg, task.tparams, task.pad_id),
+        tokenizer=task.tokenizer, drafter_config=task.dcfg, drafter_params=task.dparams,
+        compiler_options=task.compiler_options, **opts) for arm, opts in options.items()}
+    drafting = [engines[arm] for arm, opts in options.items() if opts.get("method") != "ar"]
+    chunk = rollout_prompts * group   # the decode batch of the GRPO run
+    rows = []
+    for label, path in (("initial", None), *policies):
+        if path is not None:
+            tparams = load_flat(task.tparams, path)
+            for eng in engines.values():
+                eng.update_params(tparams)
+            # a refreshed arm's drafter, saved beside its policy (else the initial one)
+            dpath = path.replace("_policy.npz", "_drafter.npz")
+            dparams = (load_flat(task.dparams, dpath) if dpath != path and os.path.exists(dpath)
+                       else task.dparams)
+            for eng in drafting:
+                eng.update_drafter_params(dparams)
+        for rep in range(reps + 1):
+            for arm, eng in engines.items():
+                seconds = tokens = accepted = rounds = 0
+                completions = []
+                for c in range(0, len(texts), chunk):
+                    res = eng.generate(texts[c:c + chunk], dataclasses.replace(rc, seed=seed + rep))
+                    last = eng.last
+                    seconds += last.seconds
+                    tokens += last.num_tokens
+                    accepted += int(np.sum(np.asarray(last.out.accept_lengths)))
+                    rounds += int(np.sum(np.asarray(last.out.num_rounds)))
+                    completions += res.text
+                if rep == 0:   # untimed: compiles (initial), or places new values (the
+                    continue   # first drafter update commits its arrays: one recompile)
+                rewards = reward_fn(prompts=texts, completions=completions, **fields)
+                rows.append({"policy": label, "arm": arm, "rep": rep, "rollouts": len(texts),
+                             "batch": chunk, "tokens": tokens, "seconds": seconds,
+                             "tokens_per_s": tokens / seconds, "tau": accepted / max(rounds, 1),
+                             "reward_mean": float(np.mean(rewards)),
+                             "compiles": eng.num_compilations,
+                             "loadavg_1m": os.getloadavg()[0],
+                             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                print(rows[-1], flush=True)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "speed.csv")
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+    return rows
