@@ -32,6 +32,7 @@ from flax import nnx
 from dominotree_jax.config import ConfigError, DrafterConfig
 from dominotree_jax.domino_head import DominoHeadWeights, gather_rows
 from dominotree_jax.linalg import matmul_t
+from dominotree_jax.sharding import declare
 from dominotree_jax.model.cache import (as_stored, storage_dtype, value_dtype, view_layer,
                                         write_layers_at)
 from dominotree_jax.model.layers import (Attention, Linear, RMSNorm, SwiGLU, attend, rope_cos_sin,
@@ -104,14 +105,21 @@ class PrefixGRU(nnx.Module):
     def __init__(self, hidden: int, state: int, *, dtype, rngs: nnx.Rngs):
         std = 0.02
         self.weight_ih_l0 = nnx.Param(std * jax.random.normal(rngs.params(), (3 * state, hidden),
-                                                              dtype))
+                                                              dtype),
+                                      **declare("gru_gates", "embed"))
         self.weight_hh_l0 = nnx.Param(std * jax.random.normal(rngs.params(), (3 * state, state),
-                                                              dtype))
+                                                              dtype),
+                                      **declare("gru_gates", "gru_state"))
 
 
 class DraftVocab(nnx.Variable):
     """The draft-to-target id map ``d2t [|D|]`` (int32, strictly increasing target ids): draft
     column ``j`` is target token ``d2t[j]``. Not trained: a fixed part of the drafter."""
+
+
+def draft_vocab_variable(d2t) -> DraftVocab:
+    """The drafter's ``d2t`` variable holding ``d2t`` (its one home: logical axes declared)."""
+    return DraftVocab(d2t, **declare("draft_ids"))
 
 
 def check_draft_vocab(d2t, vocab_size: int, size: int | None = None, what: str = "d2t"):
@@ -148,7 +156,7 @@ class Drafter(nnx.Module):
         self.cfg = cfg
         H = cfg.hidden_size
         lin = functools.partial(Linear, dtype=dtype, operand_dtype=operand_dtype, rngs=rngs)
-        self.fc = lin(cfg.num_taps * H, H)
+        self.fc = lin(cfg.num_taps * H, H, axes=("embed", "taps"))
         self.hidden_norm = RMSNorm(H, cfg.rms_norm_eps, dtype=dtype)
         self.layers = nnx.List([DrafterLayer(cfg, dtype=dtype, operand_dtype=operand_dtype,
                                              rngs=rngs)
@@ -157,13 +165,14 @@ class Drafter(nnx.Module):
         if cfg.is_domino:
             G, E = cfg.gru_hidden_dim, cfg.emb_dim
             self.prefix_gru = PrefixGRU(H, G, dtype=dtype, rngs=rngs)
-            self.embed_proj = nnx.List([lin(H + G, E), SiLU(), lin(E, cfg.draft_vocab)])
+            self.embed_proj = nnx.List([lin(H + G, E, axes=("head_embed", "head_in")), SiLU(),
+                                        lin(E, cfg.draft_vocab, axes=("vocab", "head_embed"))])
         else:
             self.prefix_gru = None
             self.embed_proj = None
         # until a checkpoint or a training run fills it: the |D| lowest ids
         self.d2t = (None if cfg.draft_vocab_size is None
-                    else DraftVocab(jnp.arange(cfg.draft_vocab_size, dtype=jnp.int32)))
+                    else draft_vocab_variable(jnp.arange(cfg.draft_vocab_size, dtype=jnp.int32)))
 
     @property
     def dtype(self):
@@ -332,5 +341,5 @@ def with_draft_vocab(cfg: DrafterConfig, params, d2t):
         raise ConfigError("this drafter has no draft vocabulary (draft_vocab_size is None)")
     ids = check_draft_vocab(d2t, cfg.vocab_size, cfg.draft_vocab_size)
     params = jax.tree.map(lambda x: x, params)
-    params["d2t"] = DraftVocab(jnp.asarray(ids))
+    params["d2t"] = draft_vocab_variable(jnp.asarray(ids))
     return params

@@ -16,16 +16,23 @@ import numpy as np
 from flax import nnx
 
 from dominotree_jax.linalg import matmul_t
+from dominotree_jax.sharding import declare
 
 _INIT_STD = 0.02
 
 
 class Linear(nnx.Module):
-    def __init__(self, in_features: int, out_features: int, *, bias: bool = False,
-                 dtype=jnp.float32, operand_dtype: str | None = None, rngs: nnx.Rngs):
+    def __init__(self, in_features: int, out_features: int, *, axes: tuple[str, str],
+                 bias: bool = False, dtype=jnp.float32, operand_dtype: str | None = None,
+                 rngs: nnx.Rngs):
+        """``axes``: the logical axes (``sharding.LOGICAL_AXES``) of the ``[out, in]``
+        weight, e.g. ``("heads", "embed")``; the bias takes the first."""
+        out_axis, in_axis = axes
         self.weight = nnx.Param(
-            _INIT_STD * jax.random.normal(rngs.params(), (out_features, in_features), dtype))
-        self.bias = nnx.Param(jnp.zeros((out_features,), dtype)) if bias else None
+            _INIT_STD * jax.random.normal(rngs.params(), (out_features, in_features), dtype),
+            **declare(out_axis, in_axis))
+        self.bias = (nnx.Param(jnp.zeros((out_features,), dtype), **declare(out_axis))
+                     if bias else None)
         self.operand_dtype = operand_dtype   # static; None: the weight's dtype
 
     def __call__(self, x):
@@ -37,12 +44,13 @@ class Linear(nnx.Module):
 
 class Embedding(nnx.Module):
     def __init__(self, vocab: int, dim: int, *, dtype=jnp.float32, rngs: nnx.Rngs):
-        self.weight = nnx.Param(_INIT_STD * jax.random.normal(rngs.params(), (vocab, dim), dtype))
+        self.weight = nnx.Param(_INIT_STD * jax.random.normal(rngs.params(), (vocab, dim), dtype),
+                                **declare("vocab", "embed"))
 
 
 class RMSNorm(nnx.Module):
-    def __init__(self, dim: int, eps: float, *, dtype=jnp.float32):
-        self.weight = nnx.Param(jnp.ones((dim,), dtype))
+    def __init__(self, dim: int, eps: float, *, axis: str = "embed", dtype=jnp.float32):
+        self.weight = nnx.Param(jnp.ones((dim,), dtype), **declare(axis))
         self.eps = eps
 
     def __call__(self, x):
@@ -56,9 +64,9 @@ class SwiGLU(nnx.Module):
     def __init__(self, hidden: int, intermediate: int, *, dtype, operand_dtype=None,
                  rngs: nnx.Rngs):
         lin = functools.partial(Linear, dtype=dtype, operand_dtype=operand_dtype, rngs=rngs)
-        self.gate_proj = lin(hidden, intermediate)
-        self.up_proj = lin(hidden, intermediate)
-        self.down_proj = lin(intermediate, hidden)
+        self.gate_proj = lin(hidden, intermediate, axes=("mlp", "embed"))
+        self.up_proj = lin(hidden, intermediate, axes=("mlp", "embed"))
+        self.down_proj = lin(intermediate, hidden, axes=("embed", "mlp"))
 
     def __call__(self, x):
         return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -359,12 +367,13 @@ class Attention(nnx.Module):
                  rngs: nnx.Rngs):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         lin = functools.partial(Linear, dtype=dtype, operand_dtype=operand_dtype, rngs=rngs)
-        self.q_proj = lin(hidden, num_heads * head_dim, bias=bias)
-        self.k_proj = lin(hidden, num_kv_heads * head_dim, bias=bias)
-        self.v_proj = lin(hidden, num_kv_heads * head_dim, bias=bias)
-        self.o_proj = lin(num_heads * head_dim, hidden)
-        self.q_norm = RMSNorm(head_dim, eps, dtype=dtype) if qk_norm else None
-        self.k_norm = RMSNorm(head_dim, eps, dtype=dtype) if qk_norm else None
+        self.q_proj = lin(hidden, num_heads * head_dim, axes=("heads", "embed"), bias=bias)
+        self.k_proj = lin(hidden, num_kv_heads * head_dim, axes=("kv_heads", "embed"), bias=bias)
+        self.v_proj = lin(hidden, num_kv_heads * head_dim, axes=("kv_heads", "embed"), bias=bias)
+        self.o_proj = lin(num_heads * head_dim, hidden, axes=("embed", "heads"))
+        norm = functools.partial(RMSNorm, head_dim, eps, axis="head_dim", dtype=dtype)
+        self.q_norm = norm() if qk_norm else None
+        self.k_norm = norm() if qk_norm else None
 
     def queries(self, x_BTH, cos, sin):
         B, T, _ = x_BTH.shape

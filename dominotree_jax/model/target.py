@@ -67,8 +67,8 @@ class TargetModel(nnx.Module):
                                 for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype)
         self.lm_head = (None if cfg.tie_word_embeddings else
-                        Linear(cfg.hidden_size, cfg.vocab_size, dtype=dtype,
-                               operand_dtype=operand_dtype, rngs=rngs))
+                        Linear(cfg.hidden_size, cfg.vocab_size, axes=("vocab", "embed"),
+                               dtype=dtype, operand_dtype=operand_dtype, rngs=rngs))
 
     # -- pieces shared with the drafter (which has no embedding or head of its own)
     def embed(self, tokens):
