@@ -54,14 +54,15 @@ def hf_runner(model, ids, batch: int, n: int):
 
 
 def main(argv=None):
+    from dominotree_jax.precision import BENCHMARKED_PRECISIONS, add_precision_argument
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
-    ap.add_argument("--dtypes", nargs="+", default=["float32"],
-                    choices=["float32", "bfloat16"], help="our precisions")
+    add_precision_argument(ap, "--dtypes", aliases=(), nargs="+", default=["float32"],
+                           choices=BENCHMARKED_PRECISIONS, help="our precisions")
     ap.add_argument("--hf-dtypes", nargs="+", default=["float32"],
-                    choices=["float32", "bfloat16"], help="transformers' torch dtypes")
+                    choices=BENCHMARKED_PRECISIONS, help="transformers' torch dtypes")
     args = ap.parse_args(argv)
 
     import jax
@@ -74,7 +75,7 @@ def main(argv=None):
 
     torch.set_num_threads(2)
     path = smollm2_gguf_path()
-    targets = {d: dj.load_target(path, dtype=d) for d in args.dtypes}
+    targets = {str(d): dj.load_target(path, precision=d) for d in args.dtypes}
     ids = next(iter(targets.values())).chat_prompt(PROMPT)
     hf = {}
     for d in args.hf_dtypes:

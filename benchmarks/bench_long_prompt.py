@@ -17,10 +17,11 @@ runs in a fresh subprocess so that its peak resident memory (``ru_maxrss``) is i
 2 threads each. "8k" is 8,000 tokens so that prompt + new tokens fit SmolLM2's 8,192 positions.
 
     python -m benchmarks.bench_long_prompt [--lengths 512 1024 2048 4096 8000] [--runs 1]
-        [--dtype float32|bfloat16] [--hf-dtype float32|bfloat16] [--prefill-only]
+        [--precision float32|bfloat16] [--hf-dtype float32|bfloat16] [--prefill-only]
 
-``--dtype``: our precision (docs/precision.md); ``--hf-dtype``: transformers' torch dtype;
-``--prefill-only``: only the prefill columns (no decode or speculative runs).
+``--precision`` (alias ``--dtype``): our pair's precision (docs/precision.md); ``--hf-dtype``:
+transformers' torch dtype; ``--prefill-only``: only the prefill columns (no decode or
+speculative runs).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def _median_times(fns, runs: int) -> list[float]:
 
 
 def worker_ours(n: int, runs: int, decode_tokens: int, spec_tokens: int,
-                dtype: str = "float32", prefill_only: bool = False) -> dict:
+                precision="float32", prefill_only: bool = False) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -91,8 +92,9 @@ def worker_ours(n: int, runs: int, decode_tokens: int, spec_tokens: int,
     from dominotree_jax.model.target import bind_target, prefill
     from dominotree_jax.default_pair import load_models
 
-    pair, _, _ = load_models(None, None, dtype)
+    pair, _, _ = load_models(None, None, precision)
     target = pair.target
+    dtype = str(pair.precision)   # as the results record it
     ids = np.asarray([prompt_ids(target, n)], np.int32)
     lengths = np.asarray([ids.shape[1]], np.int32)
     base_mb = _rss_mb()
@@ -188,7 +190,8 @@ def worker_transformers(n: int, runs: int, decode_tokens: int, dtype: str = "flo
 def run_worker(engine: str, n: int, args) -> dict | None:
     cmd = [sys.executable, __file__, "--worker", engine, "--lengths", str(n), "--runs",
            str(args.runs), "--decode-tokens", str(args.decode_tokens), "--spec-tokens",
-           str(args.spec_tokens), "--dtype", args.dtype, "--hf-dtype", args.hf_dtype]
+           str(args.spec_tokens), "--precision", str(args.precision),
+           "--hf-dtype", args.hf_dtype]
     cmd += ["--prefill-only"] if args.prefill_only else []
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -229,9 +232,10 @@ def table(rows: list[dict], args) -> str:
 
 
 def prefill_table(rows: list[dict], args) -> str:
-    """Prefill seconds per prompt length: ours (``--dtype``) vs transformers (``--hf-dtype``)."""
+    """Prefill seconds per prompt length: ours (``--precision``) vs transformers
+    (``--hf-dtype``)."""
     lines = [f"Prefill, SmolLM2-135M-Instruct, batch 1, 2 threads, median of {args.runs}: ours "
-             f"{args.dtype}, transformers {args.hf_dtype}.", "",
+             f"{args.precision}, transformers {args.hf_dtype}.", "",
              "| prompt tokens | prefill ours s | prefill transformers s | transformers / ours "
              "| peak MB ours | peak MB transformers |", "|---:|---:|---:|---:|---:|---:|"]
     for r in (r for r in rows if r["engine"] == "ours"):
@@ -245,6 +249,7 @@ def prefill_table(rows: list[dict], args) -> str:
 
 
 def main(argv=None):
+    from dominotree_jax.precision import BENCHMARKED_PRECISIONS, add_precision_argument
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8000])
     ap.add_argument("--engines", nargs="+", default=["ours", "transformers"])
@@ -253,14 +258,15 @@ def main(argv=None):
     ap.add_argument("--spec-tokens", type=int, default=64, help="0 = skip speculative")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per subprocess")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    ap.add_argument("--hf-dtype", default="float32", choices=("float32", "bfloat16"))
+    add_precision_argument(ap, help="our pair's precision")
+    ap.add_argument("--hf-dtype", default="float32", choices=BENCHMARKED_PRECISIONS,
+                    help="transformers' torch dtype")
     ap.add_argument("--prefill-only", action="store_true")
     ap.add_argument("--worker", choices=["ours", "transformers"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         n = args.lengths[0]
-        res = (worker_ours(n, args.runs, args.decode_tokens, args.spec_tokens, args.dtype,
+        res = (worker_ours(n, args.runs, args.decode_tokens, args.spec_tokens, args.precision,
                            args.prefill_only)
                if args.worker == "ours" else worker_transformers(
                    n, args.runs, args.decode_tokens, args.hf_dtype, args.prefill_only))

@@ -4,7 +4,7 @@
         [--methods ar,dflash,domino,ddtree,condstatic,dominotree] [--temperatures 0,0.5,1]
         [--num-prompts 3] [--max-new-tokens 80] [--budget 16 --node-topk 8 --top-m 0]
         [--no-auto | --auto-only]
-        [--drafter DIR|random] [--target PATH] [--dtype float32|bfloat16]
+        [--drafter DIR|random] [--target PATH] [--precision float32|bfloat16|float32+bfloat16]
         [--out benchmarks/results]
 
 Every drafting method runs at the fixed ``--budget`` and with ``budget="auto"`` (labelled
@@ -26,6 +26,7 @@ import sys
 import time
 
 from dominotree_jax.default_pair import DEFAULT_DRAFTER, load_models, usable_methods
+from dominotree_jax.precision import add_precision_argument
 
 
 def _csv(kind):
@@ -64,8 +65,7 @@ def parse_args(argv=None):
     ap.add_argument("--drafter", default=None,
                     help=f"drafter dir, or 'random' (default: {DEFAULT_DRAFTER} if present, "
                          "else random)")
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                    help="the pair's precision (docs/precision.md)")
+    add_precision_argument(ap, help="the pair's precision (one name, or target+drafter)")
     ap.add_argument("--out", default=os.path.join("benchmarks", "results"))
     ap.add_argument("--no-progress", action="store_true")
     return ap.parse_args(argv)
@@ -81,7 +81,7 @@ def main(argv=None):
     command = " ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.bench_methods"]
                        + list(sys.argv[1:] if argv is None else argv))
     t0 = time.perf_counter()
-    pair, target_name, drafter_name = load_models(args.target, args.drafter, args.dtype)
+    pair, target_name, drafter_name = load_models(args.target, args.drafter, args.precision)
     settings = BenchSettings(
         methods=usable_methods(args.methods, pair.drafter_config),
         temperatures=args.temperatures, max_new_tokens=args.max_new_tokens, budget=args.budget,
@@ -97,7 +97,7 @@ def main(argv=None):
     result = run_and_report(
         pair, token_prompts, settings, args.out, target_name=target_name,
         drafter_name=drafter_name, command=command, progress=not args.no_progress,
-        extra_settings={"sample_seed": args.sample_seed, "dtype": args.dtype})
+        extra_settings={"sample_seed": args.sample_seed, "dtype": str(args.precision)})
     from benchmarks.methods_report import markdown
     print(markdown(result))
     print(f"wrote {', '.join(result['outputs'].values())}  (total {result['total_s']:.0f} s)",

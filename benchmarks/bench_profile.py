@@ -21,7 +21,7 @@ Times are process CPU time by default (``--clock cpu``: all threads' work, robus
 jobs share the cores; ``--clock wall`` for an idle machine).
 
     python -m benchmarks.bench_profile [--repeats 20] [--cache-len 256] [--clock cpu|wall]
-        [--dtype float32|bfloat16]   # the target's precision (docs/precision.md)
+        [--precision float32|bfloat16]   # the target's precision (docs/precision.md)
     python -m benchmarks.bench_profile --copies-only   # cache copies: ar, budget 16, auto
 
 ``--steps-only``: just the three whole steps on a full cache of ``--cache-len`` slots (this
@@ -47,6 +47,7 @@ from dominotree_jax.decoding.verify import verify
 from dominotree_jax.model import layers as L
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.target import bind_target
+from dominotree_jax.precision import add_precision_argument
 from dominotree_jax.timing import cpu_model
 
 RESULTS = Path(__file__).resolve().parent / "results" / "profile.md"
@@ -248,8 +249,7 @@ def main(argv=None):
     ap.add_argument("--cache-len", type=int, default=256, help="cache slots S of the step")
     ap.add_argument("--clock", choices=sorted(CLOCK), default="cpu")
     ap.add_argument("--steps-only", action="store_true")
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                    help="the target's precision (docs/precision.md)")
+    add_precision_argument(ap, pairs=False, help="the target's precision")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--copies-only", action="store_true",
                     help="only count cache copies in the compiled decode programs")
@@ -259,7 +259,7 @@ def main(argv=None):
         return
     global clock
     clock = CLOCK[args.clock]
-    target = dj.load_target(smollm2_gguf_path(), dtype=args.dtype, tokenizer=False)
+    target = dj.load_target(smollm2_gguf_path(), precision=args.precision, tokenizer=False)
     shapes = [("AR step, batch 1", 1, 1), ("AR step, batch 16", 16, 1),
               ("17-row verify, batch 1", 1, 17)]
     results = {}
@@ -277,7 +277,7 @@ def main(argv=None):
 
     stages = list(results[shapes[0][0]])
     cpu = cpu_model()
-    lines = [f"Per-stage jitted timings, SmolLM2-135M {args.dtype} on {cpu}, cache of "
+    lines = [f"Per-stage jitted timings, SmolLM2-135M {args.precision} on {cpu}, cache of "
              f"{args.cache_len} slots "
              f"(half full), median of {args.repeats} runs, {args.clock} ms (% of the whole step). "
              f"{jax.devices()[0].platform} x{jax.device_count()}; shared 2-core machine.",

@@ -13,7 +13,7 @@ function (``decoding.round.fixed_round`` + ``commit_rows``; its verify writes th
 The AR step is the same round of the ``ar`` config: a one-row verify, argmax, commit.
 
     JAX_PLATFORMS=cpu python -m benchmarks.bench_round_stages [--repeats 15] [--drafter DIR]
-        [--dtype float32|bfloat16]
+        [--precision float32|bfloat16|float32+bfloat16]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from dominotree_jax.decoding.round import (RoundInput, commit_rows, fixed_round,
 from dominotree_jax.decoding.verify import verify_rows
 from dominotree_jax.model.drafter import bind_drafter
 from dominotree_jax.model.target import bind_target
+from dominotree_jax.precision import add_precision_argument
 
 STAGES = ("draft", "build", "verify", "accept", "commit")
 
@@ -145,15 +146,14 @@ def main():
     ap.add_argument("--node-topk", type=int, default=8)
     ap.add_argument("--top-m", type=int, default=64)
     ap.add_argument("--methods", default="dflash,domino,ddtree,dominotree")
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                    help="the pair's precision (docs/precision.md)")
+    add_precision_argument(ap, help="the pair's precision (one name, or target+drafter)")
     ap.add_argument("--drafter", default=None, help="drafter dir or 'random' (default: the "
                     "shipped smollm2-domino if present, else random)")
     args = ap.parse_args()
     if args.repeats < 10:
         ap.error("--repeats must be >= 10")
 
-    pair, _, drafter_name = load_models(None, args.drafter, args.dtype)
+    pair, _, drafter_name = load_models(None, args.drafter, args.precision)
     params = pair.params
     methods = usable_methods(tuple(args.methods.split(",")), pair.drafter_config)
     kw = dict(max_new_tokens=64, budget=args.budget, node_topk=args.node_topk, top_m=args.top_m)
@@ -164,7 +164,7 @@ def main():
     cache0, ctx0, t0_B, start_B = prefilled_context(pair, C, S)
     copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731  (fresh buffers to donate)
 
-    print(f"SmolLM2-135M target ({args.dtype}), drafter: {drafter_name}; context {C} tokens, "
+    print(f"SmolLM2-135M target ({args.precision}), drafter: {drafter_name}; context {C} tokens, "
           f"cache {S} slots; "
           f"budget {args.budget}, k {args.node_topk}, M {args.top_m}; median of {args.repeats}"
           f"; {jax.default_backend()}, {jax.device_count()} device(s)", flush=True)

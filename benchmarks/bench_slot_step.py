@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dominotree_jax.precision import BENCHMARKED_PRECISIONS, add_precision_argument
+
 CACHE_PASSES = {"dots (slot-major)": False, "fused": True}
-DTYPES = ("float32", "bfloat16")
 
 
 def main(argv=None):
@@ -33,14 +34,10 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=24, help="AR steps per call")
     ap.add_argument("--calls", type=int, default=4, help="timed calls per arm")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--dtypes", default="float32",
-                    help="comma-separated target precisions (weights and cache): "
-                         + ", ".join(DTYPES))
+    add_precision_argument(ap, "--dtypes", aliases=(), many=True, choices=BENCHMARKED_PRECISIONS,
+                           help="comma-separated target precisions (weights and cache)")
     args = ap.parse_args(argv)
-    dtypes = [d for d in args.dtypes.split(",") if d]
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad or not dtypes or len(set(dtypes)) != len(dtypes):
-        raise SystemExit(f"--dtypes {args.dtypes!r}: give distinct names among {', '.join(DTYPES)}")
+    dtypes = [str(p) for p in args.dtypes]
     if not 0 <= args.min_pos < args.max_pos or args.max_pos + args.steps > args.slots:
         raise SystemExit(f"positions {args.min_pos}..{args.max_pos} + {args.steps} steps must "
                          f"fit {args.slots} slots")
@@ -49,7 +46,7 @@ def main(argv=None):
     from dominotree_jax.assets import smollm2_gguf_path
     from dominotree_jax.timing import cpu_model
     from dominotree_jax.train.slots import SlotState, empty_slots, slot_widths, step_slots
-    targets = {d: dj.load_target(smollm2_gguf_path(), dtype=d) for d in dtypes}
+    targets = {d: dj.load_target(smollm2_gguf_path(), precision=d) for d in dtypes}
     cfg = targets[dtypes[0]].config
     rng = np.random.default_rng(args.seed)
     pos = np.sort(rng.integers(args.min_pos, args.max_pos, args.batch))[::-1]

@@ -29,10 +29,11 @@ def worker(n: int) -> dict:
 
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
+    from dominotree_jax.precision import BENCHMARKED_PRECISIONS
 
     res = {}
-    for dtype in ("float32", "bfloat16"):
-        t = dj.load_target(smollm2_gguf_path(), dtype=dtype)
+    for dtype in BENCHMARKED_PRECISIONS:
+        t = dj.load_target(smollm2_gguf_path(), precision=dtype)
         ids = np.asarray([t.chat_prompt(PROMPT)], np.int32)
         cfg = dj.DecodeConfig(target=t.config, method="ar", max_new_tokens=n, stop_ids=())
         params = {"target": t.params, "drafter": None}

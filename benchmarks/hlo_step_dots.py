@@ -54,8 +54,10 @@ def product_kinds(hlo: str) -> collections.Counter:
 
 
 def main(argv=None):
+    from dominotree_jax.precision import BENCHMARKED_PRECISIONS, add_precision_argument
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dtypes", default="float32,bfloat16")
+    add_precision_argument(ap, "--dtypes", aliases=(), many=True, pairs=False,
+                           default=BENCHMARKED_PRECISIONS, help="comma-separated precisions")
     args = ap.parse_args(argv)
     import jax
     import jax.numpy as jnp
@@ -67,8 +69,8 @@ def main(argv=None):
     from dominotree_jax.model.target import bind_target
     from benchmarks.bench_profile import step_inputs
 
-    for dtype in args.dtypes.split(","):
-        t = dj.load_target(smollm2_gguf_path(), dtype=dtype, tokenizer=False)
+    for dtype in args.dtypes:
+        t = dj.load_target(smollm2_gguf_path(), precision=dtype, tokenizer=False)
         cfg = t.config
 
         def step(cache, params, t0_B, start_B, tokens_BN, depths_BN, ancestor_BRR):

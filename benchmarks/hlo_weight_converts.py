@@ -5,10 +5,10 @@ the optimised HLO, the entry computation's fusions that output a float32 array o
 shape (the hoisted bf16 -> float32 converts, run once per call) and the lines of the
 ``while`` body that name a bf16 weight shape (a convert or product inside the loop).
 
-    python -m benchmarks.hlo_weight_converts [--dtype bfloat16]
+    python -m benchmarks.hlo_weight_converts [--precision bfloat16]
     python -m benchmarks.hlo_weight_converts --method dominotree --budget auto   # with the drafter
 
-``--method`` other than ``ar`` loads the shipped drafter in the same dtype (the weight shapes
+``--method`` other than ``ar`` loads the shipped drafter in the same precision (the weight shapes
 counted are the target's; the drafter's own shapes may add to the entry count).
 """
 
@@ -32,8 +32,9 @@ def computations(hlo: str) -> dict[str, list[str]]:
 
 
 def main(argv=None):
+    from dominotree_jax.precision import add_precision_argument
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    add_precision_argument(ap, default="bfloat16", help="the pair's precision")
     ap.add_argument("--method", default="ar")
     ap.add_argument("--budget", default="16", help="an int, or 'auto'")
     args = ap.parse_args(argv)
@@ -44,13 +45,13 @@ def main(argv=None):
     from dominotree_jax.assets import smollm2_gguf_path
 
     if args.method == "ar":
-        t = dj.load_target(smollm2_gguf_path(), dtype=args.dtype, tokenizer=False)
+        t = dj.load_target(smollm2_gguf_path(), precision=args.precision, tokenizer=False)
         cfg = dj.DecodeConfig(target=t.config, method="ar", max_new_tokens=16, stop_ids=())
         params, state = {"target": t.params, "drafter": None}, None
     else:
         from dominotree_jax.decoding.auto_size import initial_state
         from dominotree_jax.default_pair import load_models
-        pair = load_models(None, None, args.dtype)[0]
+        pair = load_models(None, None, args.precision)[0]
         budget = args.budget if args.budget == "auto" else int(args.budget)
         cfg = pair.config(args.method, max_new_tokens=16, stop_ids=(), budget=budget)
         params = pair.params
@@ -85,7 +86,7 @@ def main(argv=None):
     where = ", ".join(
         f"{n.lstrip('%')} ({c}" + (", a conditional branch)" if n.lstrip("%") in in_branch else ")")
         for n, c in sorted(per_comp.items(), key=lambda x: -x[1]) if c)
-    print(f"{args.dtype} {args.method} (budget {args.budget}) decode: {entry} entry fusions "
+    print(f"{args.precision} {args.method} (budget {args.budget}) decode: {entry} entry fusions "
           f"output float32 weight-shaped arrays (once per call); {len(bodies)} while loop(s) "
           f"whose bodies name a bf16 weight shape on {in_body} line(s); {per_iter} float32 "
           f"weight-shaped convert/fusion outputs outside the entry (per iteration)"

@@ -14,6 +14,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
@@ -103,8 +104,10 @@ def _saved_metadata(path: str):
 
 
 def _saved_dtype(path: str) -> str:
+    # jnp.issubdtype: numpy does not count ml_dtypes' bfloat16 as floating (a bf16 directory
+    # once restored as float32)
     floats = [np.dtype(x.dtype) for x in jax.tree.leaves(_saved_metadata(path))
-              if np.issubdtype(np.dtype(x.dtype), np.floating)]
+              if jnp.issubdtype(np.dtype(x.dtype), jnp.floating)]
     return floats[0].name if floats else "float32"   # not an id map (a drafter's ``d2t``)
 
 

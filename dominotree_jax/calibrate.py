@@ -2,7 +2,7 @@
 
     python -m dominotree_jax.calibrate [--target PATH] [--drafter DIR|random] [--batches 1,16]
         [--rows 1,3,5,9,17] [--context 256] [--rounds 8] [--repeats 5] [--out PATH] [--dry-run]
-        [--precision auto|float32|bfloat16]
+        [--precision auto|float32|bfloat16|float16]
 
 Precision first (docs/precision.md): with ``--precision auto`` (the default) the target's own
 matrix products are timed in float32 and in bf16 (``product_timing.py``) at one row (an AR step)
@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dominotree_jax.precision import AUTO, Precision, add_precision_argument
 from dominotree_jax.timing import interleaved_medians
 
 
@@ -230,7 +231,8 @@ def choose_precision(product_ms: dict[str, dict[int, float]], rows: tuple[int, .
 
 
 def measure_precisions(target_cfg, rows: tuple[int, ...], repeats: int) -> dict:
-    """``{precision: {rows: ms}}``: one target forward's matrix products, float32 vs bf16."""
+    """``{precision name: {rows: ms}}``: one target forward's matrix products in each
+    benchmarked precision (``precision.BENCHMARKED_PRECISIONS``: float32, bf16)."""
     from dominotree_jax import product_timing as matmul
     counts = (1, max(rows))
     table = matmul.time_products(matmul.product_shapes(target_cfg), rows=counts,
@@ -239,17 +241,10 @@ def measure_precisions(target_cfg, rows: tuple[int, ...], repeats: int) -> dict:
                  for m in counts} for dt in matmul.DTYPES}
 
 
-def cast_pair(pair, precision: str):
-    """``pair`` with target and drafter parameters in ``precision`` (the policy's dtype)."""
-    import dataclasses
-
-    dt = jnp.dtype(precision)
-
-    def cast(tree):
-        return jax.tree.map(lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating)
-                            else x, tree)
-    target = dataclasses.replace(pair.target, params=cast(pair.target.params))
-    return dataclasses.replace(pair, target=target, drafter_params=cast(pair.drafter_params))
+def cast_pair(pair, precision):
+    """``pair`` with target and drafter parameters in ``precision`` (a ``Precision`` or its
+    text; ``Pair.with_precision``)."""
+    return pair.with_precision(precision)
 
 
 def main(argv=None):
@@ -264,8 +259,9 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None, help="cost file (default: the cached one)")
     ap.add_argument("--dry-run", action="store_true", help="print, do not write")
-    ap.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"),
-                    help="the pair's precision (auto: the faster products on this machine)")
+    add_precision_argument(ap, aliases=(), default=AUTO, auto=True, pairs=False,
+                           help="the pair's precision (auto: the faster products on this "
+                                "machine)")
     args = ap.parse_args(argv)
     rows = tuple(sorted(set(args.rows)))
     if not rows or rows[0] != 1 or len(rows) < 2:
@@ -279,13 +275,13 @@ def main(argv=None):
     pair, target_name, drafter_name = load_models(args.target, args.drafter)
     product_ms = None
     precision = args.precision
-    if precision == "auto":
+    if precision is None:   # auto
         product_ms = measure_precisions(pair.target.config, rows, args.repeats)
-        precision = choose_precision(product_ms, rows)
+        precision = Precision(choose_precision(product_ms, rows))
         print(f"products of one forward, ms (1 row / {max(rows)} rows): "
               + ", ".join(f"{p} {t[1]:.1f} / {t[max(rows)]:.1f}" for p, t in product_ms.items())
               + f" -> {precision}", file=sys.stderr)
-    if precision != "float32":
+    if precision != pair.precision:
         pair = cast_pair(pair, precision)
     methods = usable_methods(("dflash", "domino", "ddtree", "condstatic", "dominotree"),
                              pair.drafter_config)
@@ -299,7 +295,7 @@ def main(argv=None):
         print(t.to_json())
     if not args.dry_run:
         info = {"target": target_name, "drafter": drafter_name, "context": args.context,
-                "precision": precision, "product_ms": product_ms,
+                "precision": str(precision), "product_ms": product_ms,
                 "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         path = costs.save_costs(pair.target.config, pair.drafter_config, tables,
                                 path=args.out, info=info, precision=precision)

@@ -24,11 +24,13 @@ def shipped_drafter() -> str | None:
         return None
 
 
-def random_smollm2_drafter(target_cfg, seed: int = 0, dtype: str = "float32"):
+def random_smollm2_drafter(target_cfg, seed: int = 0, dtype="float32"):
     """(DrafterConfig, params): a random-init Domino drafter shaped for ``target_cfg``
-    (one Qwen3 layer, block 8, taps (1, L/2, L-3), GRU 256, embedding 128)."""
+    (one Qwen3 layer, block 8, taps (1, L/2, L-3), GRU 256, embedding 128), in ``dtype`` (a
+    name or a one-model ``Precision``)."""
     from dominotree_jax.config import DrafterConfig, check_pair
     from dominotree_jax.model.drafter import init_drafter_params
+    from dominotree_jax.precision import precision_name
 
     L = target_cfg.num_hidden_layers
     cfg = DrafterConfig(
@@ -38,29 +40,32 @@ def random_smollm2_drafter(target_cfg, seed: int = 0, dtype: str = "float32"):
         num_target_layers=L, target_layer_ids=(1, L // 2, L - 3), shift_label=True,
         projector_type="domino", gru_hidden_dim=256, emb_dim=128, pure_draft_prefix_len=1)
     check_pair(target_cfg, cfg)
-    return cfg, init_drafter_params(cfg, seed, dtype=dtype)
+    return cfg, init_drafter_params(cfg, seed, dtype=precision_name(dtype, "drafter dtype"))
 
 
 def load_models(target_path: str | None = None, drafter: str | None = None,
-                dtype: str = "float32"):
+                precision="float32"):
     """(Pair, target path, drafter description). ``drafter``: a directory, ``"random"``, or
-    None for the shipped drafter (random when it is not there, with a warning). ``dtype``: the
-    pair's precision (docs/precision.md), target and drafter alike."""
+    None for the shipped drafter (random when it is not there, with a warning). ``precision``:
+    the pair's (a ``precision.Precision`` or its text: one name for both models, or
+    ``"float32+bfloat16"``; docs/precision.md)."""
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
+    from dominotree_jax.precision import Precision
 
+    precision = Precision.of(precision)
     target_path = target_path or smollm2_gguf_path()
-    target = dj.load_target(target_path, dtype=dtype)
+    target = dj.load_target(target_path, precision=precision.target)
     if drafter is None:
         drafter = shipped_drafter() or RANDOM
     if drafter == RANDOM:
         print("WARNING: no trained drafter: using a random-init Domino drafter (tau ~ 1: this "
               "measures the plumbing and its costs, not the speedup)", file=sys.stderr)
-        dcfg, dparams = random_smollm2_drafter(target.config, dtype=dtype)
+        dcfg, dparams = random_smollm2_drafter(target.config, dtype=precision.drafter)
         name = "random-init Domino (SmolLM2 shapes)"
     else:
         from convert.drafter import load_drafter
-        dcfg, dparams = load_drafter(drafter, dtype=dtype, target_cfg=target.config)
+        dcfg, dparams = load_drafter(drafter, dtype=precision.drafter, target_cfg=target.config)
         name = _portable(drafter)
     return dj.Pair(target, dcfg, dparams), _portable(target_path), name
 

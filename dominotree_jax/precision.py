@@ -17,21 +17,33 @@ Pairings (``check_pair``): a drafter runs in the target's precision, or in ``bfl
 ``float32`` target -- the *exact* mode: bf16 drafting, float32 verification, so every method
 stays token-identical to float32 ``ar`` at T=0. A drafter more precise than its target buys
 nothing and is refused, as is any mix of the two 16-bit formats.
+
+``Precision`` is the one typed value for all of it: chosen at load (``load_target`` /
+``load_pair``), carried by ``Target.precision`` and ``Pair.precision`` into
+``DecodeConfig.precision`` (``decode`` refuses parameters held in another), read by the trainer
+(``TrainConfig.precision``), ``calibrate`` and the rollout engine. Every command line takes it
+through ``add_precision_argument`` (``--precision``, alias ``--dtype``).
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 
 PRECISIONS = ("float32", "bfloat16", "float16")
+# the precisions the engine's benchmarks time (product_timing, bench_slot_step, ...): float16
+# runs under the policy, but no machine we measure on has a reason to prefer it to bfloat16
+BENCHMARKED_PRECISIONS = ("float32", "bfloat16")
 ACTIVATION_DTYPE = jnp.float32   # residual stream, norms, RoPE, softmax, logits, GRU state
 ACCUMULATION_DTYPE = jnp.float32  # every matrix product accumulates and returns float32
 # (target, drafter) precisions a pair may hold
 PAIRINGS = frozenset({("float32", "float32"), ("bfloat16", "bfloat16"), ("float16", "float16"),
                       ("float32", "bfloat16")})
+PAIR_SEPARATOR = "+"   # "float32+bfloat16": a target+drafter precision as text
 
 
 class PrecisionError(ValueError):
@@ -39,8 +51,16 @@ class PrecisionError(ValueError):
 
 
 def precision_name(dtype, what: str = "dtype") -> str:
-    """The canonical name (``"float32"``, ``"bfloat16"``, ``"float16"``) of a dtype or name;
-    anything else is refused naming it and the supported ones."""
+    """The canonical name (``"float32"``, ``"bfloat16"``, ``"float16"``) of a dtype, a name or
+    a one-model ``Precision``; anything else (a target+drafter ``Precision`` included) is
+    refused naming it and the supported ones."""
+    if isinstance(dtype, str) and PAIR_SEPARATOR in dtype:   # "target+drafter" text
+        dtype = Precision.of(dtype)
+    if isinstance(dtype, Precision):
+        if dtype.mixed:
+            raise PrecisionError(f"{what} {str(dtype)!r} names two precisions (target+drafter); "
+                                 f"one is needed here: {', '.join(PRECISIONS)}")
+        return dtype.target
     try:
         name = jnp.dtype(dtype).name
     except TypeError:
@@ -72,6 +92,90 @@ def check_pair(target_dtype, drafter_dtype) -> tuple[str, str]:
                              f"runs in the target's precision, or in bfloat16 under a float32 "
                              f"target); supported target+drafter pairs: {allowed}")
     return t, d
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """The precision of a model or a target+drafter pair: the one typed value that load,
+    decode, calibration, the trainer, the rollout engine and every command line read.
+
+    ``target``: the target's weights' precision; ``drafter``: the drafter's (``None``: the
+    target's). Both are canonical names (``precision_name``) once built, and a pairing the
+    policy cannot run (``check_pair``) cannot be built at all. Frozen and hashable, so it is a
+    static jit argument (``DecodeConfig.precision``). ``str`` gives the text ``Precision.of``
+    parses back: ``"bfloat16"``, or ``"float32+bfloat16"`` for the exact mode."""
+
+    target: str = "float32"
+    drafter: str | None = None
+
+    def __post_init__(self):
+        drafter = self.target if self.drafter is None else self.drafter
+        target, drafter = check_pair(self.target, drafter)
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "drafter", drafter)
+
+    @classmethod
+    def of(cls, value=None) -> "Precision":
+        """``value`` as a ``Precision``: a ``Precision`` (itself), a name or dtype (target and
+        drafter alike), a ``"target+drafter"`` text (``"float32+bfloat16"``); ``None`` gives
+        the default (float32). Unknown names and impossible pairings are refused by name."""
+        if value is None:
+            return cls()
+        if isinstance(value, Precision):
+            return value
+        if isinstance(value, str):
+            target, sep, drafter = value.strip().partition(PAIR_SEPARATOR)
+            return cls(target.strip(), drafter.strip() if sep else None)
+        return cls(value)
+
+    @classmethod
+    def of_params(cls, target_params, drafter_params=None) -> "Precision":
+        """The precision parameter pytrees are held in (``params_precision`` of each; no
+        drafter: the target's), refused by name when the two cannot be paired."""
+        target = params_precision(target_params, "target parameters")
+        drafter = (None if drafter_params is None
+                   else params_precision(drafter_params, "drafter parameters"))
+        return cls(target, drafter)
+
+    @property
+    def target_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.target)
+
+    @property
+    def drafter_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.drafter)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether target and drafter are held in different precisions."""
+        return self.target != self.drafter
+
+    @property
+    def exact(self) -> bool:
+        """The exact mode: a 16-bit drafter under a float32 target (float32 verification, so
+        every method stays token-identical to float32 ``ar`` at T=0)."""
+        return self.target == "float32" and self.drafter != "float32"
+
+    @property
+    def only_target(self) -> "Precision":
+        """The target's precision alone (drafter = target), e.g. for ``load_target``."""
+        return Precision(self.target)
+
+    def check_params(self, target_params, drafter_params=None, what: str = "precision"):
+        """Refuse, naming both, parameters whose dtypes are not this precision's (target, and
+        drafter when given)."""
+        checks = [("target", target_params, self.target)]
+        if drafter_params is not None:
+            checks.append(("drafter", drafter_params, self.drafter))
+        for name, params, want in checks:
+            got = params_precision(params, f"{name} parameters")
+            if got != want:
+                raise PrecisionError(f"the {name} parameters are {got} but the {what} is "
+                                     f"{self}: cast them (precision.cast_params) or ask for "
+                                     f"the precision they are held in")
+
+    def __str__(self) -> str:
+        return self.target if not self.mixed else f"{self.target}{PAIR_SEPARATOR}{self.drafter}"
 
 
 def product(x: jax.Array, w: jax.Array, precision=None, operand_dtype=None) -> jax.Array:
@@ -169,3 +273,85 @@ def float32_view(tree):
 def to_activation(x: jax.Array) -> jax.Array:
     """``x`` in the activation dtype (float32)."""
     return x.astype(ACTIVATION_DTYPE)
+
+
+# ---------------------------------------------------------------------------- command lines
+
+AUTO = "auto"   # a command line's "choose for me" (calibrate: the faster precision here)
+
+
+def precision_choices(*, pairs: bool = True, auto: bool = False) -> tuple[str, ...]:
+    """The texts a precision argument accepts: every precision, the target+drafter pairings
+    that mix two (``pairs``), and ``"auto"`` (``auto``)."""
+    mixed = tuple(str(Precision(t, d)) for t, d in sorted(PAIRINGS) if t != d)
+    return PRECISIONS + (mixed if pairs else ()) + ((AUTO,) if auto else ())
+
+
+def parse_precision(text: str, *, pairs: bool = True, auto: bool = False,
+                    choices=None) -> Precision | None:
+    """A command line's precision text as a ``Precision`` (``"auto"`` -> ``None`` where
+    ``auto``); anything else is an ``argparse.ArgumentTypeError`` naming the choices.
+    ``choices``: only these texts (a subset of ``precision_choices``, e.g.
+    ``BENCHMARKED_PRECISIONS``)."""
+    choices = tuple(choices) if choices is not None else precision_choices(pairs=pairs,
+                                                                           auto=auto)
+    refused = f"invalid precision {text!r}; choose one of: {', '.join(choices)}"
+    if auto and text.strip() == AUTO:
+        return None
+    try:
+        for name in text.split(PAIR_SEPARATOR):
+            precision_name(name.strip())
+    except PrecisionError:
+        raise argparse.ArgumentTypeError(refused) from None
+    try:
+        value = Precision.of(text)
+    except PrecisionError as e:   # a pairing the policy cannot run: say why
+        raise argparse.ArgumentTypeError(f"{refused} ({e})") from None
+    if value.mixed and not pairs:
+        raise argparse.ArgumentTypeError(f"{refused} (this command runs one model)")
+    if str(value) not in choices:
+        raise argparse.ArgumentTypeError(refused)
+    return value
+
+
+def parse_precisions(text: str, *, pairs: bool = True, choices=None) -> tuple[Precision, ...]:
+    """A comma-separated list of distinct precisions (``"float32,bfloat16"``)."""
+    values = tuple(parse_precision(t, pairs=pairs, choices=choices)
+                   for t in text.split(",") if t.strip())
+    if not values or len(set(values)) != len(values):
+        named = choices if choices is not None else precision_choices(pairs=pairs)
+        raise argparse.ArgumentTypeError(f"invalid precisions {text!r}: give distinct names "
+                                         f"among {', '.join(named)}")
+    return values
+
+
+def add_precision_argument(parser, flag: str = "--precision", *, aliases=("--dtype",),
+                           default="float32", pairs: bool = True, auto: bool = False,
+                           many: bool = False, choices=None, help: str = "", **kw):
+    """Add the one precision option every command line takes: ``flag`` (and ``aliases``,
+    ``--dtype`` by default, the older spelling), parsed to a ``Precision`` (``many``: a
+    comma-separated tuple of distinct ones), refused by argparse naming the choices.
+    ``pairs``: a ``"target+drafter"`` text is accepted (commands that load a pair); ``auto``:
+    ``"auto"`` is accepted and parses to ``None`` (so does ``default="auto"``); ``choices``:
+    only these texts (``BENCHMARKED_PRECISIONS``). Other keywords go to
+    ``parser.add_argument`` (``dest``, ``nargs``, ...)."""
+    if choices is None:
+        choices = precision_choices(pairs=pairs, auto=auto)
+    one = functools.partial(parse_precision, pairs=pairs, auto=auto, choices=choices)
+
+    def parse(text):
+        return parse_precisions(text, pairs=pairs, choices=choices) if many else one(text)
+
+    parse.__name__ = "precision"   # argparse names the type in some of its errors
+    if auto and default == AUTO:
+        default = None
+    elif isinstance(default, str):
+        default = parse(default)
+    elif isinstance(default, (list, tuple)):   # many=True or nargs: one Precision per item
+        default = type(default)(one(d) if isinstance(d, str) else d for d in default)
+    shown = AUTO if default is None and auto else (
+        ",".join(map(str, default)) if isinstance(default, (tuple, list)) else default)
+    text = f"{help}; " if help else ""
+    return parser.add_argument(
+        flag, *aliases, type=parse, default=default, metavar="PRECISION",
+        help=f"{text}one of {', '.join(choices)} (default: {shown}; docs/precision.md)", **kw)

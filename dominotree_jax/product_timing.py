@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from dominotree_jax.timing import interleaved_medians
-from dominotree_jax.precision import product
+from dominotree_jax.precision import BENCHMARKED_PRECISIONS, product
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = BENCHMARKED_PRECISIONS   # the precisions timed (defined once, in precision.py)
 ROWS = (1, 16, 17, 32, 64)
 
 

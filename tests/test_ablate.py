@@ -4,14 +4,15 @@ refused by name (the runs themselves train on the real target: benchmarks, not t
 import pytest
 
 from dominotree_jax.train.ablate import arm_options, parse_args
+from dominotree_jax.precision import Precision
 from dominotree_jax.train.trainer import TrainConfig
 
 
 def test_arms_join_options_that_the_trainer_takes():
     opts = arm_options("target+all_anchors+hold+bf16")
     assert opts == {"layer_init": "target", "anchor_mode": "all", "anchors": 32,
-                    "lam_hold": 0.25, "lam_ramp": 0.5, "lam_end": 0.2, "dtype": "bfloat16"}
-    assert TrainConfig(**opts).dtype == "bfloat16"
+                    "lam_hold": 0.25, "lam_ramp": 0.5, "lam_end": 0.2, "precision": "bfloat16"}
+    assert TrainConfig(**opts).precision == Precision("bfloat16")
     with pytest.raises(ValueError, match="unknown ablation option 'fp8'"):
         arm_options("target+fp8")
 

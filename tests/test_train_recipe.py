@@ -336,12 +336,12 @@ def test_curriculum_schedule_and_heldout_curves(setup):
 # ------------------------------------------------------------------ precision of the step
 
 def test_bf16_training_step_keeps_float32_master_weights(setup):
-    """``TrainConfig(dtype="bfloat16")``: the forward runs on bf16 copies (target and drafter),
-    the trained parameters stay float32 and take a step close to, but not the same as, the
-    float32 step's; an unknown dtype is refused by name."""
+    """``TrainConfig(precision="bfloat16")``: the forward runs on bf16 copies (target and
+    drafter), the trained parameters stay float32 and take a step close to, but not the same
+    as, the float32 step's; an unknown precision is refused by name."""
     steps = {}
     for dtype in ("float32", "bfloat16"):
-        tr = _trainer(setup, f"prec_{dtype}", 2, dtype=dtype)   # (step 0: lr 0, warm-up)
+        tr = _trainer(setup, f"prec_{dtype}", 2, precision=dtype)   # (step 0: lr 0, warm-up)
         before = {k: np.array(v, copy=True) for k, v in tr.flat.items()}
         assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(tr.train_tparams)) == (
             dtype == "float32")
@@ -357,8 +357,8 @@ def test_bf16_training_step_keeps_float32_master_weights(setup):
         # Adam's first step is ~lr * sign(grad): the two agree on almost every element's sign
         assert np.mean(np.sign(a) == np.sign(b)) > 0.9, k
     assert any(not np.array_equal(steps["float32"][k], steps["bfloat16"][k]) for k in names)
-    with pytest.raises(ValueError, match="training dtype"):
-        _trainer(setup, "prec_bad", 1, dtype="float64")
+    with pytest.raises(ValueError, match="unknown training precision 'float64'"):
+        _trainer(setup, "prec_bad", 1, precision="float64")
 
 
 def test_collect_in_bf16_records_the_precision(setup):

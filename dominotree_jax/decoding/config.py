@@ -7,6 +7,7 @@ from typing import Any
 
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.decoding import auto_size, costs as round_costs
+from dominotree_jax.precision import Precision
 from dominotree_jax.sampling import validate_sampling
 from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, TREE_METHODS, check_settings
 
@@ -73,10 +74,16 @@ class DecodeConfig:
     lookup_length: int = 8
     lookup_window: int = 1024
     lookup_accept: tuple[tuple[float, ...], ...] | None = None
+    # the precision the parameters are held in (a ``precision.Precision`` or its text, e.g.
+    # "float32+bfloat16"): ``decode`` refuses parameters held in another, naming both. None:
+    # whatever they are held in (read from their dtypes; ``Pair.config`` sets the pair's)
+    precision: Precision | None = None
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose one of {METHODS}")
+        if self.precision is not None:
+            object.__setattr__(self, "precision", Precision.of(self.precision))
         if self.draft_window is not None and (not isinstance(self.draft_window, int)
                                               or self.draft_window < 1):
             raise ValueError(f"draft_window must be a positive integer, got "

@@ -19,6 +19,8 @@ import os
 
 import jax
 
+from dominotree_jax.precision import precision_name
+
 COSTS_ENV = "DOMINOTREE_JAX_COSTS"   # path of a cost file that replaces the cached one
 COSTS_VERSION = 1
 
@@ -126,10 +128,11 @@ def _fingerprint(cfg) -> str:
     return hashlib.sha1(repr(sorted(fields.items())).encode()).hexdigest()[:12]
 
 
-def machine_key(target_cfg, drafter_cfg, precision: str = "float32") -> str:
-    """Backend, device kind, the two models' shapes and the target's precision
-    (``dominotree_jax/precision.py``): what the costs depend on. float32 keys carry no
+def machine_key(target_cfg, drafter_cfg, precision="float32") -> str:
+    """Backend, device kind, the two models' shapes and the target's precision (a name or a
+    one-model ``precision.Precision``): what the costs depend on. float32 keys carry no
     precision suffix (cost files written before precisions existed stay valid)."""
+    precision = precision_name(precision, "cost table precision")
     dev = jax.devices()[0]
     kind = getattr(dev, "device_kind", "") or dev.platform
     suffix = "" if precision == "float32" else f"|{precision}"
@@ -156,7 +159,7 @@ def default_tables() -> tuple[CostTable, ...]:
 
 
 def load_calibrated_costs(target_cfg, drafter_cfg, path: str | None = None, *,
-                          precision: str = "float32") -> tuple[CostTable, ...]:
+                          precision="float32") -> tuple[CostTable, ...]:
     """The calibrated tables for this machine, model pair and target precision (from ``path``,
     else ``cost_file_path()``), else ``default_tables()``. Reads the file and queries the devices
     (``machine_key``): call it outside jit and pass the result as ``auto_costs``."""
@@ -176,7 +179,7 @@ def load_calibrated_costs(target_cfg, drafter_cfg, path: str | None = None, *,
 
 
 def save_costs(target_cfg, drafter_cfg, tables, path: str | None = None, info=None, *,
-               precision: str = "float32") -> str:
+               precision="float32") -> str:
     """Write (or replace) this machine's entry (for ``precision``) in the cost file; returns its
     path."""
     path = path or cost_file_path()

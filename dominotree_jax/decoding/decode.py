@@ -25,7 +25,7 @@ from dominotree_jax.decoding.round import (LoopState, first_state, prefill_conte
                                            repeat_prefilled, round_step)
 from dominotree_jax.model.drafter import bind_drafter_float32_view
 from dominotree_jax.model.target import bind_float32_view, bind_target
-from dominotree_jax.precision import bind_view_if_needed, check_pair, params_precision
+from dominotree_jax.precision import Precision, bind_view_if_needed
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Float, Int
@@ -127,6 +127,17 @@ def _prompt_rows(prompt_rows, num_prompts: int):
     return rows_B.astype(jnp.int32)
 
 
+def _check_precision(params, config: DecodeConfig, uses_drafter: bool) -> None:
+    """The parameters' dtypes against ``config.precision`` (refused naming both), or, without
+    one, a drafter's pairing with the target (the policy's, ``precision.check_pair``)."""
+    drafter_params = params.get("drafter") if uses_drafter else None
+    if config.precision is not None:
+        config.precision.check_params(params["target"], drafter_params,
+                                      what="decode config's precision")
+    elif drafter_params is not None:
+        Precision.of_params(params["target"], drafter_params)
+
+
 def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=None,
            auto_state=None, row_stop_ids=None, prompt_rows=None) -> DecodeOutput:
     """Generate up to ``config.max_new_tokens`` tokens after ``prompt`` (``[T]`` or ``[B, T]``).
@@ -163,9 +174,7 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     key = jax.random.key(0) if key is None else key
     target = bind_target(config.target, params["target"])
     drafter = bind_drafter_for(config, params.get("drafter"))
-    if drafter is not None:   # the precision policy's pairings (precision.py), refused by name
-        check_pair(params_precision(params["target"], "target parameters"),
-                   params_precision(params["drafter"], "drafter parameters"))
+    _check_precision(params, config, drafter is not None)
     policy = AutoPolicy(config, B) if config.is_auto else None
 
     pre = prefill_context(target=target, drafter=drafter, prompt_BT=prompt_bT,

@@ -56,6 +56,7 @@ from dominotree_jax.decoding.auto_size import initial_state, probe_next
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.decode import DecodeOutput, decode
 from dominotree_jax.model.target import TargetModel
+from dominotree_jax.precision import Precision
 from dominotree_jax.rollout.drafter_refresh import DrafterRefresher
 from dominotree_jax.rollout.masked_forward import PROMPT_PADS, completion_logprobs, real_tokens
 from dominotree_jax.rollout.placement import BatchPlacement
@@ -218,7 +219,10 @@ class DominoTreeRollout(BaseRollout):
         number of distinct prompts. Off on a multi-process mesh.
         ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
         Other keywords: ``DecodeConfig`` fields (``auto_sizes``, ``auto_costs``,
-        ``draft_window``, ...)."""
+        ``draft_window``, ...). ``precision`` (one of them): the ``Precision`` the target and
+        drafter parameters are held in, default: read from them (``self.precision``); every
+        rollout's config carries it, so parameters handed over in another precision are
+        refused by name (``update_params`` casts to it)."""
         if rollout_actor is None:
             raise ValueError("DominoTreeRollout needs rollout_actor (the target model)")
         self.tcfg, params = _target_of(rollout_actor)
@@ -229,8 +233,13 @@ class DominoTreeRollout(BaseRollout):
         self._params = {"target": without_explicit_axes(params),
                         "drafter": without_explicit_axes(drafter_params)}
         self._tok = None if tokenizer is None else _Tokenizer(tokenizer)
+        precision = decode_options.pop("precision", None)
+        self.precision = (Precision.of_params(params, drafter_params) if precision is None
+                          else Precision.of(precision))
+        self.precision.check_params(params, drafter_params, what="rollout's precision")
         self._settings = dict(drafter=drafter_config, method=method, budget=budget,
-                              node_topk=node_topk, top_m=top_m, **decode_options)
+                              node_topk=node_topk, top_m=top_m, precision=self.precision,
+                              **decode_options)
         self.return_features = bool(return_features or drafter_refresh)
         self.share_prefill = bool(share_prefill)
         return_features = self.return_features

@@ -9,7 +9,7 @@ An arm is ``+``-joined recipe options: ``random`` / ``target`` (layer init), ``u
 first 25 % of the steps, then down to 0.2 over the next 50 %), ``soft`` (full-distribution soft
 targets at 0.5), ``soft_topk`` (KL to the stored top-k target logits at 0.5: data collected with
 ``--store-topk`` or made by ``train.backfill_topk``), ``bf16`` (the training forward and its
-gradient products in bf16, ``--dtype bfloat16``). The target, data, features, held-out split
+gradient products in bf16, ``--precision bfloat16``). The target, data, features, held-out split
 and evaluation are shared; only the options differ. Prints and writes the held-out teacher-forced
 chain τ (base and corrected) and per-depth accuracies of each arm.
 """
@@ -31,7 +31,7 @@ OPTIONS = {
     "hold": {"lam_hold": 0.25, "lam_ramp": 0.5, "lam_end": 0.2},
     "soft": {"soft": 0.5},
     "soft_topk": {"soft_topk": 0.5},
-    "bf16": {"dtype": "bfloat16"},
+    "bf16": {"precision": "bfloat16"},
 }
 
 

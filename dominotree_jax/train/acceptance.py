@@ -20,6 +20,7 @@ import sys
 
 
 def parse_args(argv=None):
+    from dominotree_jax.precision import add_precision_argument
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.acceptance",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -40,8 +41,9 @@ def parse_args(argv=None):
     p.add_argument("--heldout-seqs", type=int, default=64)
     p.add_argument("--features", default="runs/features",
                    help="feature cache shared with training (the held-out data's features)")
-    p.add_argument("--feature-precision", choices=("float32", "bfloat16"), default="float32",
-                   help="weights of the target's features forward (train --feature-precision)")
+    add_precision_argument(p, "--feature-precision", aliases=(), pairs=False,
+                           help="weights of the target's features forward (train "
+                                "--feature-precision)")
     p.add_argument("--anchors", type=int, default=24, help="blocks per sequence")
     p.add_argument("--cache", default="runs/acceptance")
     p.add_argument("--json", default=None)
@@ -116,7 +118,7 @@ def main(argv=None):
         print("heldout", json.dumps(results["sets"]["heldout"]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump(results, f, indent=1, default=str)   # a Precision as its text
     return 0
 
 

@@ -1,10 +1,10 @@
 """How often a stored greedy answer token is the target's own argmax, teacher-forced.
 
 The drafter learns the target's greedy continuations, so the data should be what the target
-writes. Answers collected in bf16 (``collect --dtype bfloat16``) part from float32 greedy
+writes. Answers collected in bf16 (``collect --precision bfloat16``) part from float32 greedy
 decoding where two tokens' logits are within bf16 rounding of each other (docs/precision.md),
 and a row's tokens after such a parting are still the target's argmax given what came before.
-This tool measures it: every greedy answer shard's rows go through the target in ``--dtype``
+This tool measures it: every greedy answer shard's rows go through the target in ``--precision``
 (one causal forward over prompt + answer), and each answer token is compared with the argmax at
 the position before it.
 
@@ -57,13 +57,13 @@ def answer_agreement(tcfg: TargetConfig, tparams, rows, batch: int = 8) -> dict:
 
 
 def main(argv=None):
+    from dominotree_jax.precision import add_precision_argument
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.agreement",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data/smollm2")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2 GGUF)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                   help="the precision of the teacher-forced target")
+    add_precision_argument(p, pairs=False, help="the precision of the teacher-forced target")
     p.add_argument("--shard-from", type=int, default=0, help="first answer shard (index)")
     p.add_argument("--shards", type=int, default=None, help="answer shards before this index")
     p.add_argument("--batch", type=int, default=8)
@@ -74,14 +74,14 @@ def main(argv=None):
     from dominotree_jax.timing import cpu_model
     from dominotree_jax.train.shards import ShardStore
 
-    target = dj.load_target(args.target or smollm2_gguf_path(), dtype=args.dtype)
+    target = dj.load_target(args.target or smollm2_gguf_path(), precision=args.precision)
     store = ShardStore(args.data, vocab_size=target.config.vocab_size)
     entries = store.entries("answers")
     stop = len(entries) if args.shards is None else args.shards
     if not 0 <= args.shard_from < stop <= len(entries):
         raise SystemExit(f"--shard-from {args.shard_from} --shards {stop}: the data has "
                          f"{len(entries)} answer shards")
-    print(f"teacher-forced {args.dtype} target on {cpu_model()}; greedy answer shards "
+    print(f"teacher-forced {args.precision} target on {cpu_model()}; greedy answer shards "
           f"{args.shard_from}..{stop - 1} of {args.data}")
     totals: dict[str, dict] = {}
     for entry in entries[args.shard_from:stop]:
@@ -102,7 +102,7 @@ def main(argv=None):
         raise SystemExit("no greedy answer shard in that range")
     for gen, t in totals.items():
         print(f"generated {gen}: {t['shards']} shards, {t['tokens']} answer tokens, "
-              f"{t['agree'] / t['tokens']:.4%} the {args.dtype} argmax; rows equal throughout "
+              f"{t['agree'] / t['tokens']:.4%} the {args.precision} argmax; rows equal throughout "
               f"{t['rows_same']}/{t['rows']} ({t['rows_same'] / t['rows']:.1%})")
     return totals
 

@@ -70,12 +70,12 @@ class CampaignPlan:
     eval_anchors: int = 24
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "train": self.train.to_json()}
 
     @classmethod
     def from_json(cls, d: dict) -> "CampaignPlan":
         d = dict(d)
-        d["train"] = TrainConfig(**d["train"])
+        d["train"] = TrainConfig.from_json(d["train"])   # "dtype" in plans before "precision"
         d["taps"] = tuple(d["taps"])
         d["eval_sets"] = tuple(d["eval_sets"])
         d["source_weights"] = tuple((str(k), float(v)) for k, v in d["source_weights"])
@@ -382,7 +382,7 @@ def default_recipe(steps: int, batch: int, anchors: int) -> TrainConfig:
     the drafter's, every-position anchors, a held-then-ramped curriculum ending at λ 0.2."""
     return TrainConfig(steps=steps, batch=batch, anchors=anchors, lr=6e-4, warmup=50,
                        lam_hold=0.1, lam_ramp=0.4, lam_end=0.2, layer_init="target",
-                       anchor_mode="all", dtype="bfloat16")
+                       anchor_mode="all", precision="bfloat16")
 
 
 def main(argv=None) -> int:

@@ -43,6 +43,7 @@ DEFAULT_MAX_NEW = {"v3": 160, "v4": 512}
 
 
 def parse_args(argv=None):
+    from dominotree_jax.precision import add_precision_argument
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.collect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data/smollm2", help="data directory (manifest + shards)")
@@ -52,8 +53,8 @@ def parse_args(argv=None):
                         "sampling and self-written requests")
     p.add_argument("--num-prompts", type=int, default=12000, help="template/corpus pool size")
     p.add_argument("--batch", type=int, default=48)
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                   help="the target's precision for generation (docs/precision.md)")
+    add_precision_argument(p, pairs=False, help="the target's precision for generation (each "
+                                                "shard's manifest entry records it)")
     p.add_argument("--max-new", type=int, default=None,
                    help="answer length cap (default 160 with --prompt-mix v3, 512 with v4)")
     p.add_argument("--prompt-mix", choices=("v3", "v4"), default="v3")
@@ -294,7 +295,7 @@ def main(argv=None):
     args = parse_args(argv)
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
-    target = dj.load_target(args.target or smollm2_gguf_path(), dtype=args.dtype)
+    target = dj.load_target(args.target or smollm2_gguf_path(), precision=args.precision)
     max_new = DEFAULT_MAX_NEW[args.prompt_mix] if args.max_new is None else args.max_new
     collect(target, args.data, seed=args.seed, num_prompts=args.num_prompts, batch=args.batch,
             max_new=max_new, deadline=deadline_from(args.minutes, args.until),

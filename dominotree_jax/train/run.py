@@ -30,11 +30,11 @@ RUN_FIELDS = ("data", "shard_from", "trim_loops", "feature_precision", "shards",
               "batch", "anchors", "seq_len", "lr", "warmup", "gamma", "soft", "curriculum",
               "train_vocab", "heldout_pct", "warm_start", "grow_layers",
               "seed", "layer_init", "anchor_mode", "until_fail", "until_fail_floor", "soft_topk",
-              "lam_hold", "lam_ramp", "lam_end", "dtype", "draft_vocab")
+              "lam_hold", "lam_ramp", "lam_end", "precision", "draft_vocab")
 # Settings added after v3: a run.json written before them gets these values (the old recipe).
 RUN_DEFAULTS = {"layer_init": "random", "anchor_mode": "sample", "until_fail": False,
                 "until_fail_floor": 0.0, "soft_topk": 0.0, "lam_hold": 0.0, "lam_ramp": 0.5,
-                "lam_end": 0.0, "dtype": "float32"}
+                "lam_end": 0.0, "precision": "float32"}
 # The same for data settings added after v3 (not TrainConfig fields).
 DATA_DEFAULTS = {"shard_from": 0, "trim_loops": 0, "feature_precision": "float32",
                  "draft_vocab": 0}
@@ -56,14 +56,31 @@ def log(out, msg):
         f.write(line + "\n")
 
 
+def _saved_settings(saved: dict) -> dict:
+    """A run.json's settings under today's names (``trainer.RENAMED_SETTINGS``: a run.json
+    written before a rename holds the old one) and defaults."""
+    from dominotree_jax.train.trainer import RENAMED_SETTINGS
+    saved = dict(saved)
+    for old, new in RENAMED_SETTINGS.items():
+        if old in saved:
+            saved.setdefault(new, saved.pop(old))
+    return {**RUN_DEFAULTS, **DATA_DEFAULTS, **saved}
+
+
+def _setting(value):
+    """A command-line value as run.json holds it (a ``Precision`` as its text)."""
+    from dominotree_jax.precision import Precision
+    return str(value) if isinstance(value, Precision) else value
+
+
 def run_settings(args) -> dict:
     """The run's settings: fixed by its first call (``run.json``), later calls reuse them."""
     path = os.path.join(args.out, "run.json")
     if os.path.exists(path):
         with open(path) as f:
-            return {**RUN_DEFAULTS, **DATA_DEFAULTS, **json.load(f)}
+            return _saved_settings(json.load(f))
     from dominotree_jax.train.shards import ShardStore
-    run = {k: getattr(args, k) for k in RUN_FIELDS}
+    run = {k: _setting(getattr(args, k)) for k in RUN_FIELDS}
     if run["layer_init"] == "target" and run["warm_start"]:
         raise SystemExit("--layer-init target starts a new drafter; drop --warm-start")
     if run["shards"] is None:
@@ -225,11 +242,11 @@ def stage_export(args, target):
 
 
 def parse_args(argv=None):
+    from dominotree_jax.precision import add_precision_argument
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train", description=USAGE,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                   help="precision of the training forward "
-                        "(float32 master weights); docs/precision.md")
+    add_precision_argument(p, pairs=False, help="precision of the training forward (float32 "
+                                                "master weights; TrainConfig.precision)")
     p.add_argument("--stage", choices=STAGES, default="all",
                    help="(data is collected by python -m dominotree_jax.train.collect)")
     p.add_argument("--seed", type=int, default=0)
@@ -237,9 +254,10 @@ def parse_args(argv=None):
     p.add_argument("--out", default="runs/smollm2-domino", help="training run directory")
     p.add_argument("--features", default="runs/features",
                    help="cache of the target's teacher-forced features (shared by runs)")
-    p.add_argument("--feature-precision", choices=("float32", "bfloat16"), default="float32",
-                   help="weights of the target's features forward (bfloat16: 1.5x faster on a "
-                   "CPU with bf16 dot units; its own cache files; docs/training.md)")
+    add_precision_argument(p, "--feature-precision", aliases=(), pairs=False,
+                           help="weights of the target's features forward (bfloat16: 1.5x "
+                                "faster on a CPU with bf16 dot units; its own cache files; "
+                                "docs/training.md)")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2 GGUF)")
     # drafter
     p.add_argument("--layers", type=int, default=1)

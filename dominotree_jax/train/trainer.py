@@ -24,13 +24,17 @@ import orbax.checkpoint as ocp
 from dominotree_jax.model.state import flat_to_state, state_to_flat, trainable
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import init_drafter_params
-from dominotree_jax.precision import cast_params, precision_name
+from dominotree_jax.precision import Precision, cast_params, precision_name
 from dominotree_jax.train.dataset import batch_stream, make_batch
 from dominotree_jax.train.loss import curriculum_lambda, loss_and_metrics
 
 CSV_FIELDS = ("step", "loss", "base_loss", "corr_loss", "base_acc0", "base_acc_mean",
               "corr_acc_mean", "tau_base", "tau_corr", "lam", "lr", "grad_norm", "tok_s",
               "wall_s", "labels")
+
+
+# settings saved (run.json, campaign.json's "train") under an older name: old -> new
+RENAMED_SETTINGS = {"dtype": "precision"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,11 +59,33 @@ class TrainConfig:
     until_fail: bool = False     # accept-until-fail weighting per head
     until_fail_floor: float = 0.0
     soft_topk: float = 0.0    # weight of KL to the stored, renormalised top-k target logits
-    dtype: str = "float32"    # the training forward's precision (docs/precision.md): the
-    #                           float32 master weights are cast to it inside the step
+    # the training forward's precision (a ``Precision`` or its name; docs/precision.md): the
+    # float32 master weights and the frozen target are cast to it inside the step
+    precision: Precision = Precision()
     seed: int = 0
     ckpt_every_s: float = 240.0
     keep: int = 2
+
+    def __post_init__(self):   # one model's precision, refused by name otherwise
+        object.__setattr__(self, "precision",
+                           Precision(precision_name(self.precision, "training precision")))
+
+    def to_json(self) -> dict:
+        """The fields as JSON values (the precision as its name)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**d, "precision": str(self.precision)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TrainConfig":
+        """``to_json``'s inverse; also reads settings saved before a field was renamed
+        (``"dtype"``: the precision)."""
+        d = dict(d)
+        for old, new in RENAMED_SETTINGS.items():
+            if old in d:
+                if new in d:
+                    raise ValueError(f"saved training settings hold both {old!r} and {new!r}")
+                d[new] = d.pop(old)
+        return cls(**d)
 
 
 LAYER_INITS = ("random", "target")
@@ -80,7 +106,6 @@ def check_train_config(tc: TrainConfig) -> None:
         raise ValueError("choose one kind of soft targets: soft or soft_topk")
     if tc.anchors < 1:
         raise ValueError(f"anchors must be >= 1, got {tc.anchors}")
-    precision_name(tc.dtype, "training dtype")   # an unknown precision, refused by name
 
 
 def make_optimizer(tc: TrainConfig):
@@ -136,7 +161,7 @@ def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_ind
         fixed = {}
 
     def f(p):
-        p = cast_params(p, tc.dtype)   # float32 master weights; gradients flow back through it
+        p = cast_params(p, tc.precision)   # float32 master weights; gradients flow through it
         return loss_and_metrics(dcfg, tcfg, flat_to_state(dcfg, {**p, **fixed}), tparams, batch,
                                 lam,
                                 tc.gamma, vocab_ids, vocab_index, tc.soft,
@@ -202,8 +227,8 @@ class Trainer:
                              "combined with a warm start")
         self.dcfg, self.tcfg, self.tparams = dcfg, tcfg, tparams
         # the frozen target in the training forward's precision (evaluation keeps ``tparams``)
-        self.train_tparams = (tparams if tc.dtype == "float32"
-                              else cast_params(tparams, tc.dtype))
+        self.train_tparams = (tparams if tc.precision == Precision("float32")
+                              else cast_params(tparams, tc.precision))
         if dcfg.draft_vocab_size is not None:
             from dominotree_jax.model.drafter import check_draft_vocab
             if vocab_ids is None:
