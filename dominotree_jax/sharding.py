@@ -132,20 +132,28 @@ def flat_param_specs(state, model_size: int, rules: ShardingRules = ShardingRule
     return {".".join(str(getattr(k, "key", k)) for k in path): spec for path, spec in specs}
 
 
-def shard_params(params, mesh: Mesh, shard_vocab: bool = False,
-                 rules: ShardingRules | None = None):
-    """``params`` placed on ``mesh`` with ``NamedSharding`` by their declared logical axes and
-    ``rules`` (default: ``ShardingRules(vocab=shard_vocab)``; module docstring)."""
-    rules = ShardingRules(vocab=shard_vocab) if rules is None else rules
-    size = mesh.shape[MODEL]
+def place_params(params, mesh: Mesh, rules: ShardingRules = ShardingRules(), put=None):
+    """``params`` (states the models build) placed on ``mesh`` by their declared logical axes
+    and ``rules``: ``put(value, NamedSharding)`` places one array (default ``jax.device_put``;
+    the trainer passes its multi-process form)."""
+    put = jax.device_put if put is None else put
+    size = mesh.shape.get(MODEL, 1)
 
     def place(path, v):
         if v is None:
             return None
         spec = rules.spec(logical_axes(v, jax.tree_util.keystr(path)),
                           np.shape(v.get_value()), size)
-        return v.replace(jax.device_put(v.get_value(), NamedSharding(mesh, spec)))
+        return v.replace(put(v.get_value(), NamedSharding(mesh, spec)))
     return jax.tree_util.tree_map_with_path(place, params, is_leaf=_is_variable)
+
+
+def shard_params(params, mesh: Mesh, shard_vocab: bool = False,
+                 rules: ShardingRules | None = None):
+    """``params`` placed on ``mesh`` with ``NamedSharding`` by their declared logical axes and
+    ``rules`` (default: ``ShardingRules(vocab=shard_vocab)``; module docstring)."""
+    return place_params(params, mesh, ShardingRules(vocab=shard_vocab) if rules is None
+                        else rules)
 
 
 def shard_batch(prompt_BT, lengths_B, mesh: Mesh):

@@ -22,7 +22,7 @@ def test_trainer_on_8_devices_equals_1_and_resumes_across_device_counts():
     proc = subprocess.run([sys.executable, str(HERE / "train_mesh_worker.py")], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    assert proc.stdout.count("ok ") == 3, proc.stdout
+    assert proc.stdout.count("ok ") == 4, proc.stdout
 
 
 def test_two_processes_train_as_one_device_and_share_a_checkpoint(tmp_path):

@@ -12,6 +12,7 @@ import tempfile
 
 import jax
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from dominotree_jax.sharding import make_mesh
 from dominotree_jax.train.dataset import SequenceDataset
@@ -44,6 +45,23 @@ def main() -> int:
         np.testing.assert_allclose(np.asarray(eight.flat[k]), np.asarray(v), rtol=RTOL,
                                    atol=ATOL, err_msg=k)
     print("ok 8 devices = 1 device over", TC.steps, "steps")
+    # data 4 x model 2: the drafter, its moments and the target split over "model"
+    split = trainer("split", make_mesh(4, 2))
+    q = split.flat["layers.0.self_attn.q_proj.weight"]
+    assert q.sharding.spec == P("model", None), q.sharding
+    assert split.flat["layers.0.mlp.down_proj.weight"].sharding.spec == P(None, "model")
+    assert split.flat["fc.weight"].sharding.spec == P()
+    moments = [x for path, x in jax.tree_util.tree_flatten_with_path(split.opt_state)[0]
+               if "layers.0.self_attn.q_proj.weight" in jax.tree_util.keystr(path)]
+    assert len(moments) == 2 and all(m.sharding.spec == P("model", None) for m in moments)
+    tq = split.train_tparams["layers"][0]["self_attn"]["q_proj"]["weight"][...]
+    assert tq.sharding.spec == P("model", None), tq.sharding
+    h42 = split.fit()
+    np.testing.assert_allclose([h["loss"] for h in h42], [h["loss"] for h in h1], rtol=RTOL)
+    for k, v in one.flat.items():
+        np.testing.assert_allclose(np.asarray(split.flat[k]), np.asarray(v), rtol=RTOL,
+                                   atol=ATOL, err_msg=k)
+    print("ok a 4 x 2 data x model mesh = 1 device over", TC.steps, "steps")
     # a run checkpointed on 8 devices, resumed on 1
     a = trainer("moved", make_mesh(8, 1))
     a.fit(num_steps=2)
@@ -60,7 +78,7 @@ def main() -> int:
     except ValueError as e:
         assert "does not split over the 3 devices" in str(e), e
         print("ok a batch the data axis does not divide is refused")
-    for t in (one, eight, b):
+    for t in (one, eight, split, b):
         t.close()
     return 0
 

@@ -200,7 +200,7 @@ def load_committed(root: str, trainer) -> bool:
     if meta["step"] <= trainer.step:
         return False
     arrays = committed_arrays(root, meta)
-    trainer.flat, trainer.opt_state = trainer._replicated(compact_state.restore(
+    trainer.flat, trainer.opt_state = trainer.place_state(*compact_state.restore(
         arrays, trainer.flat, trainer.opt_state))
     trainer.step = int(meta["step"])
     trainer.key = np.asarray(meta["key"], np.uint32)
@@ -282,7 +282,7 @@ def reference(root: str, evaluator: BenchmarkEval, target) -> dict:
 # ---------------------------------------------------------------------------- a window
 
 def cpu_description() -> str:
-    from dominotree_jax.timing import bf16_units, cpu_model
+    from dominotree_jax.measure.timing import bf16_units, cpu_model
     return f"{cpu_model()} ({bf16_units()})"
 
 

@@ -166,8 +166,20 @@ def make_trainer(args, target):
          f"({p_tr} prompt + {a_tr} answer tokens), {len(held_ids)} held out")
     tr = Trainer(dcfg, target.config, target.params, ds, train_ids, tc,
                  os.path.join(args.out, "ckpt"), log_dir=args.out, vocab_ids=vocab,
-                 init_flat=init_flat)
+                 init_flat=init_flat, mesh=training_mesh(getattr(args, "model_axis", 1)))
     return tr, held_ids
+
+
+def training_mesh(model_axis: int):
+    """Every visible device (of every process): ``model_axis`` of them on ``"model"`` (the
+    drafter and target split by their declared axes), the rest on ``"data"`` (the batch)."""
+    import jax
+
+    from dominotree_jax.sharding import make_mesh
+    n = jax.device_count()
+    if model_axis < 1 or n % model_axis:
+        raise SystemExit(f"--model-axis {model_axis} does not divide the {n} devices")
+    return make_mesh(n // model_axis, model_axis)
 
 
 def _deadline_ts(spec):
@@ -283,7 +295,11 @@ def parse_args(argv=None):
                    help="end each answer at its repetition loop (a W-token window seen 3 "
                    "times; train/loops.py), for training and the held-out curve (0: keep)")
     p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--batch", type=int, default=8, help="sequences per step")
+    p.add_argument("--batch", type=int, default=8, help="sequences per step (global: split "
+                   "over the devices of the mesh's data axis)")
+    p.add_argument("--model-axis", type=int, default=1, metavar="M",
+                   help="devices on the mesh's model axis (the drafter and the frozen target "
+                   "split over them); the other devices share the batch (docs/training.md)")
     p.add_argument("--anchors", type=int, default=12, help="anchors (blocks) per sequence")
     p.add_argument("--seq-len", type=int, default=320)
     p.add_argument("--lr", type=float, default=1e-3)

@@ -189,6 +189,8 @@ _eval_step = jax.jit(_eval_impl, static_argnames=("dcfg", "tcfg"))
 def _global_array(x, sharding):
     """``x`` (the same host value in every process) as one array laid out by ``sharding``, each
     process filling the shards of its own devices (a plain ``device_put`` in one process)."""
+    if isinstance(x, jax.Array) and x.sharding == sharding:
+        return x
     if jax.process_count() == 1:
         return jax.device_put(x, sharding)
     host = np.asarray(x) if not isinstance(x, jax.Array) or x.is_fully_addressable else \
@@ -202,19 +204,23 @@ class Trainer:
     def __init__(self, dcfg: DrafterConfig, tcfg: TargetConfig, tparams, ds, train_ids,
                  tc: TrainConfig, ckpt_dir: str, log_dir: str | None = None,
                  progress: bool = True, vocab_ids=None, init_flat: dict | None = None,
-                 seq_weights=None, mesh=None):
+                 seq_weights=None, mesh=None, rules=None):
         """``vocab_ids``: optional sorted token ids the training softmax is restricted to
         (``dataset.active_vocab``); evaluation always uses the full vocabulary. For a drafter
         with a draft vocabulary (``dcfg.draft_vocab_size``) they are its ``d2t`` map, required,
         and training and evaluation both run over it. ``init_flat``:
         starting parameters ``{name: array}`` (warm start, e.g. an exported drafter); a
         checkpoint in ``ckpt_dir`` takes precedence. ``tc.layer_init="target"`` copies the
-        target's last layers into a new drafter's (``target_init``; not with ``init_flat``)."""
+        target's last layers into a new drafter's (``target_init``; not with ``init_flat``).
+        ``mesh``: the devices (default: all, on ``"data"``); with a ``"model"`` axis the drafter,
+        its optimizer state and the frozen target are split over it by their declared logical
+        axes and ``rules`` (a ``sharding.ShardingRules``; default the decoding rules)."""
         check_train_config(tc)
         # the device mesh: every visible device on the "data" axis unless given; the global
         # batch (tc.batch) is split over it, so 1 and N devices compute the same step
-        from dominotree_jax.sharding import DATA, make_mesh
+        from dominotree_jax.sharding import DATA, ShardingRules, make_mesh
         self.mesh = mesh if mesh is not None else make_mesh(len(jax.devices()), 1)
+        self.rules = rules if rules is not None else ShardingRules()
         n_data = self.mesh.shape[DATA]
         if tc.batch % n_data:
             raise ValueError(f"the batch of {tc.batch} sequences does not split over the "
@@ -257,12 +263,12 @@ class Trainer:
                     dcfg, tcfg, self.flat, tparams).items()}
         else:
             self.flat = trainable(init_flat)
-        self.flat = self._replicated(self.flat)
-        self.train_tparams = self._replicated(self.train_tparams)
+        self.train_tparams = self._placed_target(self.train_tparams)
         if self.vocab_ids is not None:
             self.vocab_ids = self._replicated(self.vocab_ids)
             self.vocab_index = self._replicated(self.vocab_index)
-        self.opt_state = self._replicated(make_optimizer(tc)[0].init(self.flat))
+        self.flat, self.opt_state = self.place_state(self.flat,
+                                                     make_optimizer(tc)[0].init(self.flat))
         self.step = 0
         self.key = jax.random.key_data(jax.random.key(tc.seed))
         self.history: list[dict] = []
@@ -279,6 +285,50 @@ class Trainer:
         from jax.sharding import NamedSharding, PartitionSpec
         rep = NamedSharding(self.mesh, PartitionSpec())
         return jax.tree.map(lambda x: _global_array(x, rep), tree)
+
+    @property
+    def model_size(self) -> int:
+        """Devices on the mesh's ``"model"`` axis (1: the drafter and target replicated)."""
+        from dominotree_jax.sharding import MODEL
+        return int(self.mesh.shape.get(MODEL, 1))
+
+    def _drafter_specs(self) -> dict:
+        """``{flat name: PartitionSpec}`` of the drafter's trained parameters, from the axes its
+        modules declare and ``self.rules`` (the placement decoding uses)."""
+        from dominotree_jax.model.drafter import drafter_graphdef
+        from dominotree_jax.sharding import flat_param_specs
+        _, abstract = drafter_graphdef(self.dcfg, "float32")
+        return flat_param_specs(abstract, self.model_size, self.rules)
+
+    def place_state(self, flat: dict, opt_state):
+        """The drafter's parameters and optimizer state on the mesh: replicated over ``"data"``,
+        split over ``"model"`` by the drafter's declared logical axes (each moment like its
+        parameter); with several processes each supplies its own devices' shards."""
+        from jax.sharding import NamedSharding, PartitionSpec
+        if self.model_size == 1:
+            return self._replicated((flat, opt_state))
+        specs = self._drafter_specs()
+
+        def sharding(name, shape):
+            spec = specs.get(name, PartitionSpec())
+            return NamedSharding(self.mesh, spec if len(spec) <= len(shape) else PartitionSpec())
+        flat = {k: _global_array(v, sharding(k, np.shape(v))) for k, v in flat.items()}
+
+        def moment(path, x):   # a leaf under a parameter's name: that parameter's placement
+            names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+            name = next((n for n in reversed(names) if n in specs), None)
+            same = name is not None and np.shape(x) == np.shape(flat[name])
+            return _global_array(x, sharding(name, np.shape(x)) if same
+                                 else NamedSharding(self.mesh, PartitionSpec()))
+        return flat, jax.tree_util.tree_map_with_path(moment, opt_state)
+
+    def _placed_target(self, tparams):
+        """The frozen target on the mesh: split over ``"model"`` by its declared axes (the
+        decoding placement), else replicated."""
+        if self.model_size == 1:
+            return self._replicated(tparams)
+        from dominotree_jax.sharding import place_params
+        return place_params(tparams, self.mesh, self.rules, put=_global_array)
 
     def _split_batch(self, batch: dict) -> dict:
         """A host batch with its rows (the leading axis) split over the mesh's data axis; each
@@ -320,7 +370,7 @@ class Trainer:
         step = self._mgr.latest_step() if step is None else step
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self._state())
         st = self._mgr.restore(step, args=ocp.args.StandardRestore(abstract))
-        self.flat, self.opt_state = self._replicated((st["params"], st["opt_state"]))
+        self.flat, self.opt_state = self.place_state(st["params"], st["opt_state"])
         self.step, self.key = int(st["step"]), np.asarray(st["key"])
         self._trim_csv()
 
