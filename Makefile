@@ -52,7 +52,7 @@ test-fast: $(STAMP)
 	$(VPY) -m pytest tests -rs -m "not slow"
 
 bench: $(STAMP)
-	$(VPY) -m benchmarks.bench_methods $(ARGS)
+	$(VPY) -m benchmarks methods bench $(ARGS)
 
 # Grow data/smollm2/ (the one data-collection entry point; resumable, e.g. ARGS="--seed 8
 # --minutes 60"), then train + export a drafter from it (docs/training.md).

@@ -21,11 +21,11 @@ nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
   "$PY" -c "import jax; d = jax.devices()[0]; print(jax.devices(), d.device_kind, getattr(d, 'compute_capability', None))"
   echo "XLA_FLAGS=${XLA_FLAGS:-}"
 } > "$OUT/versions.txt" 2>&1
-timeout $((SUITE_SECONDS + 50)) "$PY" -m benchmarks.gpu_suite \
+timeout $((SUITE_SECONDS + 50)) "$PY" -m benchmarks gpu suite \
   --deadline "$SUITE_SECONDS" --reserve 60 --compile-cache /tmp/jax_cache \
   --pairs qwen3-4b-domino,qwen3-8b-domino --kernel-variants 4x1,8x1,4x2 \
   --out "$OUT/gpu_suite.md" > "$OUT/suite_stdout.txt" 2> "$OUT/suite_stderr.txt"
 rc=$?
-echo "gpu_suite exit code $rc" >> "$OUT/suite_stdout.txt"
+echo "gpu suite exit code $rc" >> "$OUT/suite_stdout.txt"
 tail -n 40 "$OUT/suite_stdout.txt"
 exit $rc

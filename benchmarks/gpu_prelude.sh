@@ -1,6 +1,6 @@
 # Sourced by gpu_train_run.sh and gpu_campaign_run.sh (needs OUT, PY, PARTS, GGUF, LOG): the
 # machine and versions into $LOG, the carried `gguf` wheel (.gpu_wheels/) installed, and the
-# SmolLM2 GGUF joined from its carried parts (benchmarks/gpu_carry.py; sizes and SHA-256
+# SmolLM2 GGUF joined from its carried parts (benchmarks/gpu/carry.py; sizes and SHA-256
 # checked). Exits 2 (wheel) or 3 (GGUF) on failure.
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -16,5 +16,5 @@ if [ -d .gpu_wheels ] && ls .gpu_wheels/*.whl > /dev/null 2>&1; then
 fi
 for d in .gpu_carry/p*; do [ -d "$d" ] && mkdir -p "$PARTS" && cp "$d"/* "$PARTS"/; done
 if [ ! -f "$GGUF" ]; then
-  "$PY" -m benchmarks.gpu_carry join "$PARTS" --out "$GGUF" >> "$LOG" 2>&1 || exit 3
+  "$PY" -m benchmarks gpu carry join "$PARTS" --out "$GGUF" >> "$LOG" 2>&1 || exit 3
 fi

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The prepared drafter-training run on a lent GPU (issue 21; benchmarks/README.md), from the
 # repository root, as the last of consecutive calls on one warm machine: the earlier calls each
-# carried one part of the SmolLM2 GGUF (benchmarks/gpu_carry.py) into /tmp/gguf_parts, this one
+# carried one part of the SmolLM2 GGUF (benchmarks/gpu/carry.py) into /tmp/gguf_parts, this one
 # carries the last part and the `gguf` wheel (.gpu_wheels/; the image lacks the package). It
 # joins and checks the GGUF, trains a fresh drafter with drafter_v4 §8's recipe in bf16 until
 # TRAIN_MIN minutes from now, exports it and writes at most 8 files under $OUT:
 #   train_stdout.txt  heldout_curve.jsonl  train_log.csv  heldout_metrics.json  config.json
 #   drafter/manifest.json  drafter/model.safetensors.part00  drafter/model.safetensors.part01
-# Back here: python -m benchmarks.gpu_carry join <files_at>/drafter --out runs/v4g/model.safetensors
+# Back here: python -m benchmarks gpu carry join <files_at>/drafter --out runs/v4g/model.safetensors
 #
 #   OUT=/tmp/gpu_train PY=.venv/bin/python TRAIN_MIN=2 STEPS=20 SHARD_FROM=404 SHARDS=406 \
 #       GGUF=<path> bash benchmarks/gpu_train_run.sh          # the CPU rehearsal (tests/)
@@ -43,7 +43,7 @@ for f in heldout_curve.jsonl train_log.csv heldout_metrics.json; do
 done
 if [ -f "$RUN/export/model.safetensors" ]; then
   cp "$RUN/export/config.json" "$OUT/" 2>/dev/null
-  "$PY" -m benchmarks.gpu_carry split "$RUN/export/model.safetensors" --out "$OUT/drafter" \
+  "$PY" -m benchmarks gpu carry split "$RUN/export/model.safetensors" --out "$OUT/drafter" \
     --part-mib 15 >> "$LOG" 2>&1
 fi
 tail -n 30 "$LOG"

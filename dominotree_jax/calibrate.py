@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dominotree_jax.precision import AUTO, Precision, add_precision_argument
-from dominotree_jax.timing import interleaved_medians
+from dominotree_jax.measure.timing import interleaved_medians
 
 
 def _csv_ints(s: str) -> tuple[int, ...]:
@@ -48,7 +48,7 @@ def _csv_ints(s: str) -> tuple[int, ...]:
 def context_tokens(target, n: int) -> np.ndarray:
     """``n`` real tokens: chat-formatted HumanEval prompts, concatenated (cycled if short);
     seeded random ids for a target without a tokenizer (tests)."""
-    from dominotree_jax import eval_prompts as prompt_sets
+    from dominotree_jax.measure import eval_prompts as prompt_sets
     if getattr(target, "tokenizer", None) is None:
         return np.random.default_rng(0).integers(1, target.config.vocab_size, n).astype(np.int32)
     ids: list[int] = []
@@ -233,7 +233,7 @@ def choose_precision(product_ms: dict[str, dict[int, float]], rows: tuple[int, .
 def measure_precisions(target_cfg, rows: tuple[int, ...], repeats: int) -> dict:
     """``{precision name: {rows: ms}}``: one target forward's matrix products in each
     benchmarked precision (``precision.BENCHMARKED_PRECISIONS``: float32, bf16)."""
-    from dominotree_jax import product_timing as matmul
+    from dominotree_jax.measure import product_timing as matmul
     counts = (1, max(rows))
     table = matmul.time_products(matmul.product_shapes(target_cfg), rows=counts,
                                  repeats=max(5, repeats))
@@ -269,7 +269,7 @@ def main(argv=None):
     if min(args.batches, default=0) < 1 or args.repeats < 1 or args.rounds < 1:
         ap.error("--batches, --repeats and --rounds must be positive")
 
-    from dominotree_jax.default_pair import load_models, usable_methods
+    from dominotree_jax.measure.default_pair import load_models, usable_methods
     from dominotree_jax.decoding import costs
 
     pair, target_name, drafter_name = load_models(args.target, args.drafter)

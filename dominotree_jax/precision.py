@@ -35,8 +35,9 @@ import jax
 import jax.numpy as jnp
 
 PRECISIONS = ("float32", "bfloat16", "float16")
-# the precisions the engine's benchmarks time (product_timing, bench_slot_step, ...): float16
-# runs under the policy, but no machine we measure on has a reason to prefer it to bfloat16
+# the precisions the engine's benchmarks time (measure/product_timing, `benchmarks step
+# slot_step`, ...): float16 runs under the policy, but no machine we measure on has a reason to
+# prefer it to bfloat16
 BENCHMARKED_PRECISIONS = ("float32", "bfloat16")
 ACTIVATION_DTYPE = jnp.float32   # residual stream, norms, RoPE, softmax, logits, GRU state
 ACCUMULATION_DTYPE = jnp.float32  # every matrix product accumulates and returns float32

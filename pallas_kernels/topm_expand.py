@@ -27,7 +27,7 @@ for the top-k (``k <= 16``). All dims are padded to powers of two (>= 16) as Tri
 ``E`` lanes contribute nothing). The call passes Triton ``CompilerParams``, which selects the
 Pallas-Triton backend (jax's GPU default is Mosaic GPU). The Pallas->Triton lowering is
 exercised on CPU by lowering for ``cuda`` (tests/test_pallas_topm.py); compiling and running it
-needs a GPU (``benchmarks/gpu_suite.py``).
+needs a GPU (``benchmarks/gpu/kernel.py``).
 
 Numerics: the kernel and the jnp twin agree to float rounding (different summation order and a
 ``1/(1+exp(-x))`` sigmoid on Triton); indices agree unless two candidates are within rounding.
@@ -163,7 +163,7 @@ def _kernel(a_ref, s_ref, w1s_ref, base_ref, w2_ref, idx_ref, lp_ref, *, k: int,
     lp_ref[...] = val_kp
 
 
-NUM_WARPS, NUM_STAGES = 4, 1  # Triton launch settings (gpu_suite's kernel check times others)
+NUM_WARPS, NUM_STAGES = 4, 1  # Triton launch settings (the GPU suite's kernel check times others)
 
 
 def expand_padded_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k: int, *, interpret: bool = False,

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import dominotree_jax as dj
-from dominotree_jax import eval_prompts as prompt_sets
-from benchmarks.methods_report import markdown, summarize
-from benchmarks.methods_run import (BenchSettings, bucket_width, check_identity, pad_prompt,
+from dominotree_jax.measure import eval_prompts as prompt_sets
+from benchmarks.methods.bench_report import markdown, summarize
+from benchmarks.methods.bench_run import (BenchSettings, bucket_width, check_identity, pad_prompt,
                                       run_and_report)
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import init_drafter_params
@@ -37,11 +37,11 @@ def test_end_to_end_writes_outputs_and_passes_identity(tiny_pair, tmp_path, monk
     # the same HLO, LLVM's expensive passes off); everything else is the benchmark's own
     import functools
 
-    from benchmarks import methods_run
+    from benchmarks.methods import bench_run
     from decode_helpers import FAST_XLA
 
-    monkeypatch.setattr(methods_run, "CompiledDecoders", functools.partial(
-        methods_run.CompiledDecoders, compiler_options=FAST_XLA))
+    monkeypatch.setattr(bench_run, "CompiledDecoders", functools.partial(
+        bench_run.CompiledDecoders, compiler_options=FAST_XLA))
     rng = np.random.default_rng(0)
     prompts = {"tiny": [rng.integers(1, 127, 5).tolist(), rng.integers(1, 127, 11).tolist()]}
     settings = BenchSettings(methods=("ar", "dominotree"), temperatures=(0.0, 1.0),

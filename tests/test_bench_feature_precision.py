@@ -1,9 +1,9 @@
-"""``benchmarks.bench_feature_precision``: its shape list is read strictly (the run itself
+"""``benchmarks.train.feature_precision``: its shape list is read strictly (the run itself
 loads the real target and is a benchmark, not a test)."""
 
 import pytest
 
-from benchmarks.bench_feature_precision import main, parse_shapes
+from benchmarks.train.feature_precision import main, parse_shapes
 
 
 def test_shapes_parse_and_bad_ones_are_refused_by_name():

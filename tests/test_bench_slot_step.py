@@ -1,9 +1,9 @@
-"""benchmarks/bench_slot_step.py checks its positions against the cache before loading
+"""benchmarks/step/slot_step.py checks its positions against the cache before loading
 anything."""
 
 import pytest
 
-from benchmarks.bench_slot_step import main
+from benchmarks.step.slot_step import main
 
 
 def test_slot_step_bench_refuses_positions_past_the_cache():

@@ -1,9 +1,9 @@
-"""benchmarks/bench_train_step.py refuses run directories that already hold a run (their
+"""benchmarks/train/step.py refuses run directories that already hold a run (their
 run.json would fix other settings than the ones asked for)."""
 
 import pytest
 
-from benchmarks.bench_train_step import main
+from benchmarks.train.step import main
 
 
 def test_existing_run_directory_is_refused_by_name(tmp_path):
@@ -14,7 +14,7 @@ def test_existing_run_directory_is_refused_by_name(tmp_path):
 
 
 def test_arm_specs_are_checked_by_name():
-    from benchmarks.bench_train_step import parse_arms
+    from benchmarks.train.step import parse_arms
     assert parse_arms(["full=", "tv=--train-vocab 8192"]) == {
         "full": [], "tv": ["--train-vocab", "8192"]}
     with pytest.raises(SystemExit, match="expected NAME=FLAGS"):

@@ -15,7 +15,7 @@ from jax import lax
 from dominotree_jax.model.cache import (CACHE_BITS, KVCache, storage_dtype, view_layer,
                                         write_layer)
 
-from benchmarks.bench_cache_write import plain_scatter  # the write before the bits storage
+from benchmarks.step.cache_write import plain_scatter  # the write before the bits storage
 
 B, K, S, D = 4, 2, 16, 8
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dominotree_jax as dj
-from dominotree_jax import eval_prompts
+from dominotree_jax.measure import eval_prompts
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.target import init_target_params
 from dominotree_jax.train import self_prompts

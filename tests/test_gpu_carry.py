@@ -1,4 +1,4 @@
-"""benchmarks/gpu_carry.py: a file split for device calls comes back byte for byte, and a
+"""benchmarks/gpu/carry.py: a file split for device calls comes back byte for byte, and a
 missing, short or altered part is refused by name before anything is joined."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import gpu_carry
+from benchmarks.gpu import carry as gpu_carry
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""The HLO reader of benchmarks/hlo_step_dots.py on a fixed optimised-HLO text."""
+"""The HLO reader of benchmarks/step/hlo_step_dots.py on a fixed optimised-HLO text."""
 
-from benchmarks.hlo_step_dots import product_kinds, weight_upcasts
+from benchmarks.step.hlo_step_dots import product_kinds, weight_upcasts
 
 HLO = """\
 %wrapped_convert_computation (param_0: bf16[576,1536]) -> f32[576,1536] {

@@ -169,7 +169,7 @@ def _parse_triton(ir_bytes: bytes) -> str:
                                        (40, 24, 20, 300, 16), (24, 8, 12, 5, 1)])
 def test_kernel_lowers_to_triton(H, G, E, M, k):
     """The kernel goes through the Pallas->Triton lowering (op support, power-of-two blocks)
-    without a GPU; only the final Triton->PTX compilation needs one (benchmarks/gpu_suite.py)."""
+    without a GPU; only the final Triton->PTX compilation needs one (benchmarks/gpu/kernel.py)."""
     f32 = np.float32
     fn = functools.partial(topm_expand_pallas, k=k)
     text = _lower_for_cuda(fn, ((H,), f32), ((G,), f32), ((E, H + G), f32), ((M,), f32),

@@ -155,9 +155,10 @@ def test_a_bad_precision_is_an_argparse_error_naming_the_choices(kw, value, name
 
 def _entry_points():
     """``(name, argv -> parse or run)`` of every command line that takes a precision."""
-    from benchmarks import (bench_ar, bench_long_prompt, bench_methods, bench_profile,
-                            bench_round_stages, bench_slot_step, hlo_step_dots,
-                            hlo_weight_converts)
+    from benchmarks.methods import bench
+    from benchmarks.round import stages
+    from benchmarks.step import ar, hlo_step_dots, hlo_weight_converts, long_prompt, profile
+    from benchmarks.step import slot_step
     from convert.__main__ import _parser as convert_parser
     from dominotree_jax import __main__ as demo, calibrate
     from dominotree_jax.train import acceptance, agreement, collect, run
@@ -168,24 +169,13 @@ def _entry_points():
         "collect": (collect.parse_args, "--dtype"), "agreement": (agreement.main, "--dtype"),
         "acceptance": (acceptance.parse_args, "--feature-precision"),
         "convert": (lambda a: convert_parser().parse_args(["target", "s", "o"] + a), "--dtype"),
-        "bench_methods": (bench_methods.parse_args, "--dtype"),
-        "bench_ar": (bench_ar.main, "--dtypes"), "bench_profile": (bench_profile.main, "--dtype"),
-        "bench_round_stages": (lambda a: bench_round_stages_main(bench_round_stages, a),
-                               "--dtype"),
-        "bench_long_prompt": (bench_long_prompt.main, "--dtype"),
-        "bench_slot_step": (bench_slot_step.main, "--dtypes"),
-        "hlo_step_dots": (hlo_step_dots.main, "--dtypes"),
-        "hlo_weight_converts": (hlo_weight_converts.main, "--dtype")}
-
-
-def bench_round_stages_main(module, argv):
-    import sys
-    saved = sys.argv
-    sys.argv = ["bench_round_stages"] + argv   # its main() reads sys.argv
-    try:
-        return module.main()
-    finally:
-        sys.argv = saved
+        "methods bench": (bench.parse_args, "--dtype"),
+        "step ar": (ar.main, "--dtypes"), "step profile": (profile.main, "--dtype"),
+        "round stages": (stages.main, "--dtype"),
+        "step long_prompt": (long_prompt.main, "--dtype"),
+        "step slot_step": (slot_step.main, "--dtypes"),
+        "step hlo_step_dots": (hlo_step_dots.main, "--dtypes"),
+        "step hlo_weight_converts": (hlo_weight_converts.main, "--dtype")}
 
 
 @pytest.mark.parametrize("name", sorted(_entry_points()))
@@ -208,8 +198,8 @@ def test_command_lines_read_a_precision_value():
     assert collect.parse_args(["--precision", "bfloat16"]).precision == Precision("bfloat16")
     assert acceptance.parse_args(["--drafter", "d"]).feature_precision == Precision()
     assert convert_parser().parse_args(["inspect", "p"]).precision == Precision("bfloat16")
-    from benchmarks import bench_methods
-    assert bench_methods.parse_args(["--dtype", "float32+bfloat16"]).precision.exact
+    from benchmarks.methods import bench
+    assert bench.parse_args(["--dtype", "float32+bfloat16"]).precision.exact
 
 
 # ------------------------------------------------------------------ decode reads it

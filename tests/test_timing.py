@@ -3,7 +3,7 @@ next to every timing (the CPU model, its bf16 matrix units)."""
 
 import time
 
-from dominotree_jax.timing import bf16_units, cpu_model
+from dominotree_jax.measure.timing import bf16_units, cpu_model
 
 EPYC = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 fma\n"
 SAPPHIRE = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n"
@@ -30,7 +30,7 @@ def test_bf16_units_names_the_flags_it_finds():
 def test_interleaved_medians_gives_no_function_a_fixed_predecessor():
     """A call that is slow only right after one other function (a cache evicted, a clock
     ramped) must not set its median: with one fixed order, ``a`` always followed ``f``."""
-    from dominotree_jax.timing import interleaved_medians
+    from dominotree_jax.measure.timing import interleaved_medians
 
     last = [None]
 

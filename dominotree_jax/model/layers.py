@@ -241,16 +241,22 @@ def _online_step(state, s, visible, v_BKSD, slot_axis: int = 3, fused: bool = Fa
 # the cache slots as the *rows* of their score product (``[S, U]``, keys as the left operand):
 # on XLA:CPU the few-row ``[U, D] x [D, S]`` product with the slots as the result's columns is
 # up to ~3x slower at batch 16-64 (one layer's cache pass: 1.9x at batch 16, 2.9x at batch 64
-# with 640 slots; ``benchmarks/bench_attention_layout.py``); with more rows (verify, prefill)
+# with 640 slots; ``benchmarks/step/attention_layout.py``); with more rows (verify, prefill)
 # the usual ``[U, S]`` layout is kept.
 SLOT_MAJOR_ROWS = 8
+# ... and then the softmax and the values' product of those rows run on the scores turned to
+# ``[U, S]`` (False), not on the slot-major ``[S, U]`` (True: reductions across the slots of a
+# strided axis). A SmolLM2 decode step's cache pass at 4,000 slots (30 layers, batch 1): 11.45
+# ms slot-major, 6.71 ms turned (7.05 with the ``[U, S]`` product too); batch 16 at 640 slots:
+# 29.2 -> 20.0 ms (AMD EPYC Zen 5, 2026-12-05; ``benchmarks/step/attention_layout.py``).
+SLOT_MAJOR_SOFTMAX = False
 # ``attend_cached(fused=True)``: the cache pass of a few query rows as elementwise products and
 # sums (scores: q x k summed over D; values: p x v summed over the slots), which XLA:CPU fuses
 # into single passes over the slots instead of batched few-row dots. The slot-refill AR step
 # (``TargetModel.forward_cached_groups``, data collection) uses it: a batch-128 SmolLM2 step
 # reading 768/640/512/384 slots per group took 579 ms against 647 with the slot-major dots
 # (1.12x), the same 340 ms at up to 384 slots (AMD EPYC, 2 cores, 2026-12-03;
-# ``benchmarks/bench_slot_step.py``). Other paths keep the dots, so their numbers (and the
+# ``benchmarks/step/slot_step.py``). Other paths keep the dots, so their numbers (and the
 # T = 0 equality of every method with ``ar``) are unchanged.
 
 
@@ -266,8 +272,11 @@ def _prefix_step(state, q_BKUD, k_BKSD, v_BKSD, visible_BS, fused: bool = False)
     if q_BKUD.shape[2] <= SLOT_MAJOR_ROWS:
         s_BKSU = jax.lax.dot_general(k_BKSD, q_BKUD, (((3,), (3,)), ((0, 1), (0, 1))),
                                      preferred_element_type=jnp.float32)
-        return _online_step(state, s_BKSU * (q_BKUD.shape[-1] ** -0.5),
-                            visible_BS[:, None, :, None], v_BKSD, slot_axis=2)
+        if SLOT_MAJOR_SOFTMAX:
+            return _online_step(state, s_BKSU * (q_BKUD.shape[-1] ** -0.5),
+                                visible_BS[:, None, :, None], v_BKSD, slot_axis=2)
+        s_BKUS = jnp.swapaxes(s_BKSU, 2, 3) * (q_BKUD.shape[-1] ** -0.5)
+        return _online_step(state, s_BKUS, visible_BS[:, None, None, :], v_BKSD)
     return _online_step(state, _scores(q_BKUD, k_BKSD), visible_BS[:, None, None, :], v_BKSD)
 
 

@@ -52,7 +52,7 @@ def parse_args(argv=None):
 
 def benchmark_store(target, name: str, n: int, seed: int, max_new: int, cache: str):
     """A shard store holding the target's greedy answers to ``n`` prompts of ``name``."""
-    from dominotree_jax.eval_prompts import load
+    from dominotree_jax.measure.eval_prompts import load
     from dominotree_jax.train.generate import generate_answers
     from dominotree_jax.train.shards import ShardStore
     store = ShardStore(os.path.join(cache, f"{name}_n{n}_s{seed}_m{max_new}"),

@@ -71,7 +71,7 @@ def main(argv=None):
 
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
-    from dominotree_jax.timing import cpu_model
+    from dominotree_jax.measure.timing import cpu_model
     from dominotree_jax.train.shards import ShardStore
 
     target = dj.load_target(args.target or smollm2_gguf_path(), precision=args.precision)

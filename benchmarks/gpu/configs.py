@@ -1,0 +1,120 @@
+"""The pairs the GPU suite measures (real sizes, and tiny ones with every structural feature for
+the CPU tests), the published figures it compares with, and the devices' peak bandwidths."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dominotree_jax.config import DrafterConfig, TargetConfig
+
+METHODS = ("dflash", "domino", "ddtree", "dominotree")
+TOP_M, NODE_TOPK, BUDGET = 64, 8, 16  # the drafting settings every round uses
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """One method's published figures for one target (temperature 0, one GPU)."""
+    tau: float            # mean acceptance length over eight benchmarks
+    round_per_ar: float   # the paper-implied round cost in AR steps: tau / speedup
+
+    @property
+    def speedup(self) -> float:
+        return self.tau / self.round_per_ar
+
+
+# Published reference per target (docs/algorithm.md §7; the implied round / AR step of issue 24:
+# tau / speedup). Only Qwen3-4B figures are known to this repository: other targets show "–".
+PUBLISHED = {
+    "Qwen3-4B": {"dflash": Published(6.25, 1.52), "domino": Published(7.17, 1.62),
+                 "ddtree": Published(7.03, 1.56), "dominotree": Published(7.98, 1.66)},
+}
+PAPER_ROUND = {"build": 3.67, "round": 26.54, "speedup": 4.81}  # DominoTree, Qwen3-4B, ms
+
+# Peak memory bandwidth (bytes/s) by device kind (first matching substring): the AR step's
+# achieved share. Vendor figures; ``--peak-gbps`` overrides.
+PEAK_BANDWIDTH = (("H200", 4.8e12), ("H100 NVL", 3.9e12), ("H100 PCIe", 2.0e12),
+                  ("H100", 3.35e12), ("GH200", 4.0e12), ("A100-SXM4-80GB", 2.039e12),
+                  ("A100 80GB PCIe", 1.935e12), ("A100", 1.555e12), ("L40S", 0.864e12),
+                  ("L4", 0.3e12), ("A10G", 0.6e12), ("T4", 0.32e12))
+
+
+def peak_bandwidth(device_kind: str) -> float | None:
+    """The vendor's peak memory bandwidth (bytes/s) of a known device kind, else None."""
+    for name, bandwidth in PEAK_BANDWIDTH:
+        if name.lower() in device_kind.lower():
+            return bandwidth
+    return None
+
+
+def qwen3_target(hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, tied):
+    return TargetConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        head_dim=head_dim, rms_norm_eps=1e-6, rope_theta=1_000_000.0, tie_word_embeddings=tied,
+        qk_norm=True, attention_bias=False, max_position_embeddings=40960,
+        architecture="Qwen3ForCausalLM")
+
+
+def dflash_drafter(target: TargetConfig, *, layers, block, taps, mask_id, domino=False,
+                   gru_hidden=1024, emb_dim=256):
+    """A DFlash drafter for ``target`` (its hidden/head sizes); ``domino`` adds the Domino head."""
+    extra = (dict(projector_type="domino", gru_hidden_dim=gru_hidden, emb_dim=emb_dim,
+                  pure_draft_prefix_len=1) if domino else {})
+    return DrafterConfig(
+        vocab_size=target.vocab_size, hidden_size=target.hidden_size,
+        intermediate_size=target.intermediate_size, num_hidden_layers=layers,
+        num_attention_heads=target.num_attention_heads,
+        num_key_value_heads=target.num_key_value_heads, head_dim=target.head_dim,
+        block_size=block, mask_token_id=mask_id, num_target_layers=target.num_hidden_layers,
+        target_layer_ids=tuple(taps), rms_norm_eps=1e-6, rope_theta=1_000_000.0, **extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSpec:
+    name: str            # table title
+    target: TargetConfig
+    drafter: DrafterConfig
+    methods: tuple[str, ...]
+    kernel_head: tuple[int, int] = (1024, 256)  # (G, E) of the kernel check without a Domino head
+    published: str | None = None  # key into PUBLISHED: the target's own published figures
+
+
+ALL_DOMINO = ("dflash", "domino", "ddtree", "dominotree")
+
+
+def real_pairs() -> dict[str, PairSpec]:
+    qwen3_4b = qwen3_target(2560, 36, 32, 8, 128, 9728, 151936, tied=True)
+    qwen3_8b = qwen3_target(4096, 36, 32, 8, 128, 12288, 151936, tied=False)
+    b16 = dict(layers=5, block=16, taps=(1, 9, 17, 25, 33), mask_id=151669)
+    return {
+        "qwen3-4b-domino": PairSpec("Qwen3-4B + Domino-b16", qwen3_4b,
+                                    dflash_drafter(qwen3_4b, **b16, domino=True), ALL_DOMINO,
+                                    published="Qwen3-4B"),
+        "qwen3-8b-domino": PairSpec("Qwen3-8B + Domino-b16", qwen3_8b,
+                                    dflash_drafter(qwen3_8b, **b16, domino=True), ALL_DOMINO),
+        "qwen3-4b-dflash": PairSpec("Qwen3-4B + DFlash-b16", qwen3_4b,
+                                    dflash_drafter(qwen3_4b, **b16), ("dflash", "ddtree"),
+                                    published="Qwen3-4B"),
+    }
+
+
+def tiny_pairs() -> dict[str, PairSpec]:
+    """The same pairs, shrunk (every structural feature kept: tied/untied head, 5 taps, block
+    16, a Domino head) so that the suite runs on a CPU in a minute or two."""
+    tiny_4b = qwen3_target(64, 5, 4, 2, 16, 128, 512, tied=True)
+    tiny_8b = qwen3_target(64, 5, 4, 2, 16, 192, 512, tied=False)
+    b16 = dict(layers=1, block=16, taps=(0, 1, 2, 3, 4), mask_id=511)
+    head = dict(domino=True, gru_hidden=32, emb_dim=24)
+    return {
+        "qwen3-4b-domino": PairSpec("tiny Qwen3-4B-like + Domino-b16", tiny_4b,
+                                    dflash_drafter(tiny_4b, **b16, **head), ALL_DOMINO,
+                                    published="Qwen3-4B"),
+        "qwen3-8b-domino": PairSpec("tiny Qwen3-8B-like + Domino-b16", tiny_8b,
+                                    dflash_drafter(tiny_8b, **b16, **head), ALL_DOMINO),
+        "qwen3-4b-dflash": PairSpec("tiny Qwen3-4B-like + DFlash-b16", tiny_4b,
+                                    dflash_drafter(tiny_4b, **b16), ("dflash", "ddtree"),
+                                    kernel_head=(32, 24), published="Qwen3-4B"),
+    }
+
+
+DEFAULT_PAIRS = "qwen3-4b-domino,qwen3-8b-domino"

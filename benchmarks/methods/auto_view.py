@@ -1,0 +1,101 @@
+"""``budget="auto"`` on bf16 weights with and without the float32 view of its plain steps,
+against float32 ``ar``, side by side in one process (real SmolLM2-135M + shipped drafter).
+
+On CPU, ``decode`` gives the auto round's plain-step branch a float32 view of the 16-bit
+weights, made once per call before the loop (``precision.uses_float32_view``); without it the
+branch upcasts every weight each round (XLA hoists no convert out of a ``lax.switch`` branch).
+"without view" patches ``uses_float32_view`` to False while tracing, i.e. the program before
+the change (and what a GPU runs).
+
+    python -m benchmarks methods auto_view --prompts 3 --new 64 --method dominotree
+
+Prints tokens/s per run (all prompts, after a compiling call), tau and the plain-step share,
+and the ratios. Pause other CPU work while it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import time
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dominotree_jax.measure.timing import cpu_model
+
+
+@contextlib.contextmanager
+def no_view():
+    with mock.patch("dominotree_jax.decoding.decode.uses_float32_view", lambda *a: False):
+        yield
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=3, help="per dataset")
+    ap.add_argument("--datasets", default="humaneval,mtbench,math500")
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--method", default="dominotree")
+    ap.add_argument("--width", type=int, default=256, help="prompt bucket (right-padded)")
+    args = ap.parse_args(argv)
+
+    from dominotree_jax import decode
+    from dominotree_jax.measure import eval_prompts
+    from dominotree_jax.calibrate import cast_pair
+    from dominotree_jax.decoding.auto_size import initial_state
+    from dominotree_jax.measure.default_pair import load_models
+
+    pair32 = load_models(None, None, "float32")[0]
+    pair16 = cast_pair(pair32, "bfloat16")
+    prompts = [pair32.target.chat_prompt(t) for d in args.datasets.split(",")
+               for t in eval_prompts.load(d, args.prompts, 0)]
+    prompts = [p[-args.width:] for p in prompts]
+
+    def run(pair, method, budget, patch=None):
+        cfg = pair.config(method, max_new_tokens=args.new, stop_ids=(), budget=budget)
+        state = initial_state(cfg, 1) if cfg.is_auto else None
+
+        def fn(params, x, n, st):   # a fresh function per run: its own trace
+            return decode(params, x, config=cfg, prompt_lengths=n, auto_state=st)
+        with patch() if patch else contextlib.nullcontext():
+            jfn = jax.jit(fn)
+            padded = [np.pad(np.asarray(p, np.int32), (0, args.width - len(p)))[None]
+                      for p in prompts]
+            lens = [jnp.array([len(p)], jnp.int32) for p in prompts]
+            jax.block_until_ready(jfn(pair.params, padded[0], lens[0], state))   # compile
+        tokens, secs, taus, sizes, outs = 0, 0.0, [], [], []
+        for x, n in zip(padded, lens):
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(jfn(pair.params, x, n, state))
+            secs += time.perf_counter() - t0
+            k = int(out.num_tokens[0])
+            tokens += k
+            r = int(out.num_rounds[0])
+            taus.append(k / max(r, 1))
+            sizes.extend(np.asarray(out.draft_sizes[0, :r]).tolist())
+            outs.append(np.asarray(out.tokens[0, :k]))
+        plain = float(np.mean(np.asarray(sizes) == 0)) if sizes else 0.0
+        return dict(tok_s=tokens / secs, tau=float(np.mean(taus)), plain=plain, outs=outs)
+
+    rows = [("float32 ar", run(pair32, "ar", 16)),
+            (f"bf16 {args.method} auto, float32 view", run(pair16, args.method, "auto")),
+            (f"bf16 {args.method} auto, no view (before)", run(pair16, args.method, "auto",
+                                                               no_view)),
+            ("bf16 ar", run(pair16, "ar", 16))]
+    base = rows[0][1]["tok_s"]
+    print(f"# bf16 auto with/without the float32 view — {cpu_model()}, "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"{len(prompts)} prompts x {args.new} tokens, T 0, prompt bucket {args.width}\n")
+    print("| run | tok/s | x float32 ar | tau | plain-step rounds |")
+    print("|---|---:|---:|---:|---:|")
+    for name, r in rows:
+        print(f"| {name} | {r['tok_s']:.1f} | {r['tok_s'] / base:.2f} | {r['tau']:.2f} | "
+              f"{r['plain']:.0%} |")
+    view, before = rows[1][1], rows[2][1]
+    same = all(np.array_equal(a, b) for a, b in zip(view["outs"], before["outs"]))
+    print(f"\nview / no view: {view['tok_s'] / before['tok_s']:.2f}x; "
+          f"tokens identical: {same}")
