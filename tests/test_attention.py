@@ -42,18 +42,15 @@ def _dense_reference(q, new_k, new_v, block_mask, cache_k, cache_v, prefix):
     (3, 2, 6, 2, 8, 33, 8),      # two rows x group 3: 6 folded rows
 ])
 @pytest.mark.parametrize("dense_rows", [0, 10**6], ids=["block-loop", "dense-buckets"])
-@pytest.mark.parametrize("slot_major_rows,slot_softmax,fused",
-                         [(0, False, False), (10**6, True, False), (10**6, False, False),
-                          (0, False, True)],
-                         ids=["scores-US", "scores-SU", "product-SU-softmax-US", "fused"])
+@pytest.mark.parametrize("slot_major_rows,fused", [(0, False), (10**6, False), (0, True)],
+                         ids=["scores-US", "scores-SU", "fused"])
 def test_blockwise_matches_plain_attention(B, T, N, K, D, S, block, dense_rows,
-                                           slot_major_rows, slot_softmax, fused, monkeypatch):
-    """The score layouts of the cache pass (``SLOT_MAJOR_ROWS``: ``[U, S]``, or ``[S, U]`` for
-    few rows, with the softmax slot-major or turned to ``[U, S]``: ``SLOT_MAJOR_SOFTMAX``), its
-    fused form (products and sums, no dots) and both ways over the prefix give plain
-    attention's result."""
+                                           slot_major_rows, fused, monkeypatch):
+    """Both score layouts of the cache pass (``SLOT_MAJOR_ROWS``/``SLOT_MAJOR_MIN_BATCH``:
+    ``[U, S]``, or ``[S, U]`` for few rows in a large batch), its fused form (products and
+    sums, no dots) and both ways over the prefix give plain attention's result."""
     monkeypatch.setattr("dominotree_jax.model.layers.SLOT_MAJOR_ROWS", slot_major_rows)
-    monkeypatch.setattr("dominotree_jax.model.layers.SLOT_MAJOR_SOFTMAX", slot_softmax)
+    monkeypatch.setattr("dominotree_jax.model.layers.SLOT_MAJOR_MIN_BATCH", 1)
     rng = np.random.default_rng(B * 100 + T)
     f32 = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)  # noqa: E731
     q, new_k, new_v = f32(B, T, N, D), f32(B, T, K, D), f32(B, T, K, D)

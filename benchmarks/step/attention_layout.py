@@ -3,9 +3,10 @@
 A decode step has ``U = group`` folded query rows per kv head (3 for SmolLM2). Its scores
 over ``S`` cache slots are a batch of ``[U, D] x [D, S]`` products; XLA:CPU runs that product
 several times faster when the slots are the result's rows (``[S, U]``: keys as the left operand)
-than its columns (``[U, S]``) on some hosts (an Intel Xeon); the softmax over the slots and the
-values' product are faster on ``[U, S]`` scores (a Zen 5). This times, in one process, the
-three layouts (``SLOT_MAJOR_ROWS`` / ``SLOT_MAJOR_SOFTMAX``):
+than its columns (``[U, S]``) at large batches on some hosts (an Intel Xeon, batch 64); at
+small batches, and on a Zen 5, ``[U, S]`` is faster (its softmax reduces along the contiguous
+axis). This times, in one process, both layouts (``SLOT_MAJOR_ROWS``,
+``SLOT_MAJOR_MIN_BATCH``):
 
 1. one layer's cache pass (``attend_cached``) at decode and verify shapes;
 2. the whole SmolLM2 AR step (``profile.profile_shape``: 30 layers, a full cache) at the
@@ -31,13 +32,12 @@ from dominotree_jax.measure.timing import cpu_model
 
 from benchmarks.step.profile import profile_shape, timed
 
-# name: (SLOT_MAJOR_ROWS, SLOT_MAJOR_SOFTMAX)
-LAYOUTS = {"[U, S]": (0, False), "[S, U] slot-major": (10**6, True),
-           "[S, U] product, [U, S] softmax": (10**6, False)}
+# name: (SLOT_MAJOR_ROWS, SLOT_MAJOR_MIN_BATCH)
+LAYOUTS = {"[U, S]": (0, 1), "[S, U] (slot-major)": (10**6, 1)}
 
 
 def _use(layout):
-    layers.SLOT_MAJOR_ROWS, layers.SLOT_MAJOR_SOFTMAX = layout
+    layers.SLOT_MAJOR_ROWS, layers.SLOT_MAJOR_MIN_BATCH = layout
 
 
 def layer_pass(B: int, T: int, S: int, repeats: int) -> dict[str, float]:
@@ -77,18 +77,18 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--out", default=None, help="write the markdown table here")
     args = p.parse_args(argv)
-    default = (layers.SLOT_MAJOR_ROWS, layers.SLOT_MAJOR_SOFTMAX)
+    default = (layers.SLOT_MAJOR_ROWS, layers.SLOT_MAJOR_MIN_BATCH)
     cpu = cpu_model()
     names = list(LAYOUTS)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [f"Score layout of the cache pass, {cpu}, float32, median of {args.repeats}, wall ms; "
              f"`python -m benchmarks step attention_layout`, {when}.",
              "", "| what | batch | new rows | cache slots | " + " | ".join(names)
-             + " | slot-major / turned |", "|---|---:|---:|---:|" + "---:|" * (len(names) + 1)]
+             + " | [U, S] / slot-major |", "|---|---:|---:|---:|" + "---:|" * (len(names) + 1)]
 
     def row(what, B, T, S, res):
         lines.append(f"| {what} | {B} | {T} | {S} | " + " | ".join(f"{res[n]:.2f}" for n in names)
-                     + f" | {res[names[1]] / res[names[2]]:.2f}x |")
+                     + f" | {res[names[0]] / res[names[1]]:.2f}x |")
         print(lines[-1], flush=True)
     try:
         for B, T, S in ((1, 1, 640), (1, 1, 4038), (16, 1, 640), (64, 1, 192), (64, 1, 640),
@@ -99,11 +99,9 @@ def main(argv=None):
             row("whole AR step (30 layers)", B, 1, S, whole_step(target, B, S, args.repeats))
     finally:
         _use(default)
-    lines += ["", f"The default (`SLOT_MAJOR_ROWS = {default[0]}`, `SLOT_MAJOR_SOFTMAX = "
-              f"{default[1]}`): for at most {default[0]} folded rows per kv head (a decode "
-              "step) the scores' product takes the keys as its left operand; the softmax and "
-              "the values' product then run " + ("slot-major" if default[1] else
-                                                 "on the scores turned to [U, S]") + "."]
+    lines += ["", f"The default (`SLOT_MAJOR_ROWS = {default[0]}`, `SLOT_MAJOR_MIN_BATCH = "
+              f"{default[1]}`): slot-major for at most {default[0]} folded rows per kv head in "
+              f"a batch of at least {default[1]} rows, `[U, S]` otherwise."]
     text = "\n".join(lines) + "\n"
     if args.out:
         with open(args.out, "w") as f:

@@ -237,19 +237,16 @@ def _online_step(state, s, visible, v_BKSD, slot_axis: int = 3, fused: bool = Fa
             acc_BKUD * alpha + pv_BKUD)
 
 
-# At most this many folded query rows per kv head (a decode step: one row times the group) read
-# the cache slots as the *rows* of their score product (``[S, U]``, keys as the left operand):
-# on XLA:CPU the few-row ``[U, D] x [D, S]`` product with the slots as the result's columns is
-# up to ~3x slower at batch 16-64 (one layer's cache pass: 1.9x at batch 16, 2.9x at batch 64
-# with 640 slots; ``benchmarks/step/attention_layout.py``); with more rows (verify, prefill)
-# the usual ``[U, S]`` layout is kept.
+# A batch of at least SLOT_MAJOR_MIN_BATCH rows with at most SLOT_MAJOR_ROWS folded query rows
+# per kv head (decode steps of data collection) reads the cache slots as the *rows* of its score
+# product (``[S, U]``, keys as the left operand); everything else takes the usual ``[U, S]``
+# layout. Measured (``benchmarks/step/attention_layout.py``): on an Intel Xeon the ``[U, S]``
+# product was 2.1x slower for a whole batch-64 AR step (623 vs 1291 ms at 640 slots), equal at
+# batch 1 and faster at batch 16 (181 vs 198 ms); on a Zen 5 ``[U, S]`` is faster at every
+# batch up to 16 (a batch-1 step at 4,000 context slots: 24.7 against 27.4 ms; one layer's pass
+# at batch 16 and 640 slots 21.5 vs 29.9 ms), the softmax reducing along the contiguous axis.
 SLOT_MAJOR_ROWS = 8
-# ... and then the softmax and the values' product of those rows run on the scores turned to
-# ``[U, S]`` (False), not on the slot-major ``[S, U]`` (True: reductions across the slots of a
-# strided axis). A SmolLM2 decode step's cache pass at 4,000 slots (30 layers, batch 1): 11.45
-# ms slot-major, 6.71 ms turned (7.05 with the ``[U, S]`` product too); batch 16 at 640 slots:
-# 29.2 -> 20.0 ms (AMD EPYC Zen 5, 2026-12-05; ``benchmarks/step/attention_layout.py``).
-SLOT_MAJOR_SOFTMAX = False
+SLOT_MAJOR_MIN_BATCH = 32
 # ``attend_cached(fused=True)``: the cache pass of a few query rows as elementwise products and
 # sums (scores: q x k summed over D; values: p x v summed over the slots), which XLA:CPU fuses
 # into single passes over the slots instead of batched few-row dots. The slot-refill AR step
@@ -262,21 +259,19 @@ SLOT_MAJOR_SOFTMAX = False
 
 def _prefix_step(state, q_BKUD, k_BKSD, v_BKSD, visible_BS, fused: bool = False):
     """One running-softmax step over the cache slots ``k/v [B, K, S, D]`` with
-    ``visible [B, S]``, in the score layout that is faster for ``U`` (``SLOT_MAJOR_ROWS``).
+    ``visible [B, S]``, in the score layout that is faster for ``B`` and ``U``
+    (``SLOT_MAJOR_ROWS``, ``SLOT_MAJOR_MIN_BATCH``).
     ``fused``: both products as elementwise products and sums (the note above)."""
     if fused:
         s_BKSU = jnp.sum(k_BKSD[:, :, :, None, :].astype(jnp.float32)
                          * q_BKUD[:, :, None, :, :].astype(jnp.float32), axis=-1)
         return _online_step(state, s_BKSU * (q_BKUD.shape[-1] ** -0.5),
                             visible_BS[:, None, :, None], v_BKSD, slot_axis=2, fused=True)
-    if q_BKUD.shape[2] <= SLOT_MAJOR_ROWS:
+    if q_BKUD.shape[2] <= SLOT_MAJOR_ROWS and q_BKUD.shape[0] >= SLOT_MAJOR_MIN_BATCH:
         s_BKSU = jax.lax.dot_general(k_BKSD, q_BKUD, (((3,), (3,)), ((0, 1), (0, 1))),
                                      preferred_element_type=jnp.float32)
-        if SLOT_MAJOR_SOFTMAX:
-            return _online_step(state, s_BKSU * (q_BKUD.shape[-1] ** -0.5),
-                                visible_BS[:, None, :, None], v_BKSD, slot_axis=2)
-        s_BKUS = jnp.swapaxes(s_BKSU, 2, 3) * (q_BKUD.shape[-1] ** -0.5)
-        return _online_step(state, s_BKUS, visible_BS[:, None, None, :], v_BKSD)
+        return _online_step(state, s_BKSU * (q_BKUD.shape[-1] ** -0.5),
+                            visible_BS[:, None, :, None], v_BKSD, slot_axis=2)
     return _online_step(state, _scores(q_BKUD, k_BKSD), visible_BS[:, None, None, :], v_BKSD)
 
 
