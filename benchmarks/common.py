@@ -60,6 +60,7 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
     }),
     "train": ("drafter training and RL: a training step, its features, checkpoints", {
         "step": "the drafter trainer's seconds per step under several settings (arms)",
+        "mesh_step": "the trainer's step on 1, 2, 4, 8 host devices (data x model meshes)",
         "feature_precision": "the features stage's teacher-forced forward, float32 vs bf16",
         "checkpoint_save": "one orbax checkpoint of SmolLM2-135M's size (policy + AdamW)",
         "grpo_step": "where a GRPO training step's time goes (tunix, SmolLM2-135M)",
