@@ -223,7 +223,7 @@ def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):
     """``update_drafter_params`` makes every carried ``budget="auto"`` state probe its next
     round (``auto_size.probe_next``); the drafter refresh does so only when its teacher-forced
     chain τ rose by ``REPROBE_GAIN`` since the last probe."""
-    from dominotree_jax.rollout import tunix_engine
+    from dominotree_jax.rollout import auto_probe
     eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6))
     eng.generate(PROMPTS, rcfg())
     (key, st), = eng._auto_states.items()
@@ -240,4 +240,4 @@ def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):
     ref._probed_tau = 1e9                          # no refresh can look like a gain now
     (key, st), = ref._auto_states.items()
     ref.generate(PROMPTS, rcfg())
-    assert ref._probed_tau == 1e9 and tunix_engine.REPROBE_GAIN > 1
+    assert ref._probed_tau == 1e9 and auto_probe.REPROBE_GAIN > 1

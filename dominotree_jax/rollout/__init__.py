@@ -1,4 +1,6 @@
-"""RL rollouts with speculative decoding: a tunix rollout engine (``DominoTreeRollout``), the
+"""RL rollouts with speculative decoding: a tunix rollout engine (``DominoTreeRollout``, built from
+``engine_params``, ``engine_tokenizer``, ``engine_batches``, ``engine_programs``, ``auto_probe``
+and ``engine_metrics``), the
 tunix model calling convention for our target (``TunixCausalLM``), a jitted drafter update
 that follows the policy from rollout features (``drafter_refresh``), the engine's state
 saved and restored beside tunix's checkpoints (``checkpoints``), and GRPO arm comparisons

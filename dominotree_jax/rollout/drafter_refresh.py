@@ -170,6 +170,21 @@ class DrafterRefresher:
         / ``decode``'s ``params["drafter"]``), copied: ``step`` donates its buffers."""
         return flat_to_state(self.dcfg, {**jax.tree.map(jnp.copy, self.flat), **self.fixed})
 
+    def checkpoint_state(self) -> dict:
+        """Host (numpy) copies of what later steps depend on: ``{"flat": the trained drafter
+        leaves, "opt_state": AdamW's state, "num_steps": steps taken}``."""
+        return {"flat": jax.tree.map(np.asarray, self.flat),
+                "opt_state": jax.tree.map(np.asarray, self.opt_state),
+                "num_steps": self.num_steps}
+
+    def restore_checkpoint_state(self, saved: dict) -> None:
+        """The inverse of ``checkpoint_state`` on a refresher of the same drafter."""
+        if jax.tree.structure(saved["flat"]) != jax.tree.structure(self.flat):
+            raise ValueError("the checkpointed refreshed drafter has another structure")
+        self.flat = jax.tree.map(jnp.asarray, saved["flat"])
+        self.opt_state = jax.tree.map(jnp.asarray, saved["opt_state"])
+        self.num_steps = int(saved["num_steps"])
+
     def _compiled_for(self, args):
         """The step compiled for these argument shapes (once each; ``traces`` counts them),
         with XLA's memory figures for it in ``memory``."""
