@@ -24,6 +24,15 @@ TC = TrainConfig(steps=4, batch=8, anchors=4, lr=3e-3, warmup=2, seed=0, ckpt_ev
 RTOL, ATOL = 2e-4, 2e-5
 
 
+def same_run(got, got_history, want, want_history):
+    """``got`` trained as ``want`` did: the same losses and parameters within tolerance."""
+    np.testing.assert_allclose([h["loss"] for h in got_history],
+                               [h["loss"] for h in want_history], rtol=RTOL)
+    for k, v in want.flat.items():
+        np.testing.assert_allclose(np.asarray(got.flat[k]), np.asarray(v), rtol=RTOL,
+                                   atol=ATOL, err_msg=k)
+
+
 def main() -> int:
     assert len(jax.devices()) == 8, jax.devices()
     root = tempfile.mkdtemp()
@@ -39,11 +48,7 @@ def main() -> int:
     h1 = one.fit()
     eight = trainer("eight", make_mesh(8, 1))
     assert eight.mesh.shape["data"] == 8
-    h8 = eight.fit()
-    np.testing.assert_allclose([h["loss"] for h in h8], [h["loss"] for h in h1], rtol=RTOL)
-    for k, v in one.flat.items():
-        np.testing.assert_allclose(np.asarray(eight.flat[k]), np.asarray(v), rtol=RTOL,
-                                   atol=ATOL, err_msg=k)
+    same_run(eight, eight.fit(), one, h1)
     print("ok 8 devices = 1 device over", TC.steps, "steps")
     # data 4 x model 2: the drafter, its moments and the target split over "model"
     split = trainer("split", make_mesh(4, 2))
@@ -56,11 +61,7 @@ def main() -> int:
     assert len(moments) == 2 and all(m.sharding.spec == P("model", None) for m in moments)
     tq = split.train_tparams["layers"][0]["self_attn"]["q_proj"]["weight"][...]
     assert tq.sharding.spec == P("model", None), tq.sharding
-    h42 = split.fit()
-    np.testing.assert_allclose([h["loss"] for h in h42], [h["loss"] for h in h1], rtol=RTOL)
-    for k, v in one.flat.items():
-        np.testing.assert_allclose(np.asarray(split.flat[k]), np.asarray(v), rtol=RTOL,
-                                   atol=ATOL, err_msg=k)
+    same_run(split, split.fit(), one, h1)
     print("ok a 4 x 2 data x model mesh = 1 device over", TC.steps, "steps")
     # a run checkpointed on 8 devices, resumed on 1
     a = trainer("moved", make_mesh(8, 1))
