@@ -54,6 +54,8 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
     }),
     "round": ("the speculative round's parts: its stages, the drafter, the tree builder", {
         "stages": "per-round stage times of every method against one AR step",
+        "inside": "stage times inside the one compiled decode program (profiler, named "
+                  "scopes)",
         "drafter_layers": "the draft stage of several drafters against one AR step",
         "tree_build": "per-tree build time: jitted builder vs the NumPy heap reference",
         "tree_precision": "the tree builder's products at HIGHEST vs DEFAULT: trees and time",

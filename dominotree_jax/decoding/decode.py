@@ -21,6 +21,7 @@ from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState
 from dominotree_jax.decoding.commit import PAD
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import bind_drafter_for, tap_layers_for
+from dominotree_jax.decoding.stages import STAGE_PREFILL
 from dominotree_jax.decoding.round import (LoopState, first_state, prefill_context,
                                            repeat_prefilled, round_step)
 from dominotree_jax.model.drafter import bind_drafter_float32_view
@@ -177,10 +178,11 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     _check_precision(params, config, drafter is not None)
     policy = AutoPolicy(config, B) if config.is_auto else None
 
-    pre = prefill_context(target=target, drafter=drafter, prompt_BT=prompt_bT,
-                          lengths_B=lengths_b, max_len=cache_length(config, T),
-                          tap_layers=tap_layers_for(config),
-                          dtype=jax.tree.leaves(params["target"])[0].dtype)
+    with jax.named_scope(STAGE_PREFILL):
+        pre = prefill_context(target=target, drafter=drafter, prompt_BT=prompt_bT,
+                              lengths_B=lengths_b, max_len=cache_length(config, T),
+                              tap_layers=tap_layers_for(config),
+                              dtype=jax.tree.leaves(params["target"])[0].dtype)
     if rows_B is not None:   # each distinct prompt's prefill, copied to its rows
         pre = repeat_prefilled(pre, rows_B)
     state = first_state(pre, key, config=config, auto=None if policy is None

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from dominotree_jax.decoding.config import CHAIN_METHODS, DecodeConfig
 from dominotree_jax.decoding.lookup import (DEFAULT_ACCEPT, best_chain, log_accept_table,
                                             lookup_candidates, merge_row)
+from dominotree_jax.decoding.stages import STAGE_DRAFT, STAGE_TREE
 from dominotree_jax.domino_head import dflash_chain, domino_chain
 from dominotree_jax.model.drafter import bind_drafter
 from dominotree_jax.tree import Tree, build_tree_from_head, chain_tree, tree_attention
@@ -171,8 +172,11 @@ def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B,
     if config.method == "ar":
         return empty_draft(t0_B.shape[0])
     if config.method == "lookup":
-        return lookup_draft(config, t0_B.shape[0], history)
-    z_BJH, base_BJV = drafter.draft(target, ctx, t0_B, start_B)
+        with jax.named_scope(STAGE_TREE):
+            return lookup_draft(config, t0_B.shape[0], history)
+    with jax.named_scope(STAGE_DRAFT):
+        z_BJH, base_BJV = drafter.draft(target, ctx, t0_B, start_B)
     build = chain_draft if config.method in CHAIN_METHODS else tree_draft
-    return build(config, target if head_target is None else head_target, drafter, z_BJH,
-                 base_BJV, t0_B, history)
+    with jax.named_scope(STAGE_TREE):
+        return build(config, target if head_target is None else head_target, drafter, z_BJH,
+                     base_BJV, t0_B, history)

@@ -35,6 +35,8 @@ from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import (Draft, draft_round, first_nodes, lookup_draft,
                                            skipped_draft, tap_layers_for)
 from dominotree_jax.decoding.lookup import history
+from dominotree_jax.decoding.stages import (STAGE_ACCEPT, STAGE_AUTO, STAGE_COMMIT,
+                                            STAGE_LOOKUP, STAGE_VERIFY)
 from dominotree_jax.decoding.verify import verify_in_place, verify_rows
 from dominotree_jax.model.cache import KVCache, gather_rows, write_rows
 from dominotree_jax.model.drafter import DrafterContext
@@ -174,22 +176,26 @@ def verify_and_keep(inp: RoundInput, draft: Draft, *, num_nodes: int, config: De
     d = first_nodes(draft, num_nodes) if draft.tokens_BN.shape[1] != num_nodes else draft
     taps = tap_layers_for(config)
     cache = None
-    if in_branch:
-        logits_BRV, taps_BRF, kv = verify_rows(target, inp.cache, inp.t0_B, inp.start_B,
-                                               d.tokens_BN, d.depths_BN, d.ancestor_BRR, taps)
-    else:
-        logits_BRV, taps_BRF, cache, kv = verify_in_place(
-            target, inp.cache, inp.t0_B, inp.start_B, d.tokens_BN, d.depths_BN,
-            d.ancestor_BRR, taps)
-    post_BR = sample_tokens(inp.key, logits_BRV, config.temperature, config.top_k, config.top_p)
-    depth = min(config.draft_depth, num_nodes) if num_nodes else 0
-    acc = accept_walk(d.tokens_BN, d.parents_BN, d.valid_BN, post_BR, depth)
-    path_lp_BPV = None
-    if config.return_logprobs:
-        path_lp_BPV = sampling_logprobs(gather_rows(logits_BRV, acc.rows_BP),
-                                        *logprob_filter(config))
-    rows = keep_rows(d, acc, kv, taps_BRF, path_lp_BPV, config.max_depth + 1, drafter,
-                     inp.start_B)
+    with jax.named_scope(STAGE_VERIFY):
+        if in_branch:
+            logits_BRV, taps_BRF, kv = verify_rows(target, inp.cache, inp.t0_B, inp.start_B,
+                                                   d.tokens_BN, d.depths_BN, d.ancestor_BRR,
+                                                   taps)
+        else:
+            logits_BRV, taps_BRF, cache, kv = verify_in_place(
+                target, inp.cache, inp.t0_B, inp.start_B, d.tokens_BN, d.depths_BN,
+                d.ancestor_BRR, taps)
+    with jax.named_scope(STAGE_ACCEPT):
+        post_BR = sample_tokens(inp.key, logits_BRV, config.temperature, config.top_k,
+                                config.top_p)
+        depth = min(config.draft_depth, num_nodes) if num_nodes else 0
+        acc = accept_walk(d.tokens_BN, d.parents_BN, d.valid_BN, post_BR, depth)
+        path_lp_BPV = None
+        if config.return_logprobs:
+            path_lp_BPV = sampling_logprobs(gather_rows(logits_BRV, acc.rows_BP),
+                                            *logprob_filter(config))
+        rows = keep_rows(d, acc, kv, taps_BRF, path_lp_BPV, config.max_depth + 1, drafter,
+                         inp.start_B)
     return Verified(rows=rows, first_B=post_BR[:, 0], cache=cache)
 
 
@@ -212,7 +218,8 @@ def fixed_round(inp: RoundInput, *, size: int, config: DecodeConfig, target,
     v = verify_and_keep(inp, draft, num_nodes=size, config=config, target=target,
                         drafter=drafter)
     in_place = not config.is_tree or size == 0
-    cache = v.cache if in_place else write_kept(v.cache, v.rows, inp.start_B)
+    with jax.named_scope(STAGE_COMMIT):
+        cache = v.cache if in_place else write_kept(v.cache, v.rows, inp.start_B)
     return RoundResult(cache=cache, rows=v.rows, size_B=jnp.full((B,), size, jnp.int32),
                        auto=None)
 
@@ -239,24 +246,27 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
         drafted, lambda: draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
                                      head_target=plain_target, history=inp.history),
         undrafted)
-    choice = policy.choose(auto, draft, live_B)
-    if policy.lookup_can_pay:
-        alone = policy.choose(auto, draft, live_B, lookup=True)
-        choice = jax.tree.map(lambda a, b: jnp.where(drafted, a, b), choice, alone)
-    else:
-        choice = choice._replace(index=jnp.where(drafted, choice.index, 0))
+    with jax.named_scope(STAGE_AUTO):
+        choice = policy.choose(auto, draft, live_B)
+        if policy.lookup_can_pay:
+            alone = policy.choose(auto, draft, live_B, lookup=True)
+            choice = jax.tree.map(lambda a, b: jnp.where(drafted, a, b), choice, alone)
+        else:
+            choice = choice._replace(index=jnp.where(drafted, choice.index, 0))
     branches = [functools.partial(_branch, num_nodes=n, config=config,
                                   target=plain_target if n == 0 else target,
                                   drafter=plain_drafter if n == 0 else drafter)
                 for n in policy.sizes]
     rows, first_B = jax.lax.switch(choice.index, branches, inp, draft)
-    root_hit_B = jnp.any(draft.valid_BN & (draft.parents_BN < 0)
-                         & (draft.tokens_BN == first_B[:, None]), axis=1)
-    auto = policy.update(auto, drafted, choice, rows.num_nodes_B + 1, rows.num_nodes_B,
-                         root_hit_B, live_B)
+    with jax.named_scope(STAGE_AUTO):
+        root_hit_B = jnp.any(draft.valid_BN & (draft.parents_BN < 0)
+                             & (draft.tokens_BN == first_B[:, None]), axis=1)
+        auto = policy.update(auto, drafted, choice, rows.num_nodes_B + 1, rows.num_nodes_B,
+                             root_hit_B, live_B)
     size_B = jnp.asarray(policy.sizes, jnp.int32)[choice.index] + jnp.zeros((B,), jnp.int32)
-    return RoundResult(cache=write_kept(inp.cache, rows, inp.start_B), rows=rows,
-                       size_B=size_B, auto=auto)
+    with jax.named_scope(STAGE_COMMIT):
+        cache = write_kept(inp.cache, rows, inp.start_B)
+    return RoundResult(cache=cache, rows=rows, size_B=size_B, auto=auto)
 
 
 def sized_round(inp: RoundInput, draft: Draft, *, num_nodes: int, config: DecodeConfig, target,
@@ -324,7 +334,8 @@ def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, dra
     if config.lookup:
         if prompt_BT is None:
             raise ValueError("lookup drafting needs each row's prompt (round_step prompt_BT)")
-        hist = history(prompt_BT, lengths_B, state.out_BO, state.n_B)
+        with jax.named_scope(STAGE_LOOKUP):
+            hist = history(prompt_BT, lengths_B, state.out_BO, state.n_B)
     inp = RoundInput(cache=state.cache, ctx=state.ctx,
                      t0_B=jnp.take_along_axis(state.out_BO, (state.n_B - 1)[:, None], 1)[:, 0],
                      start_B=lengths_B + state.n_B - 1, key=key, history=hist)
@@ -337,7 +348,9 @@ def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, dra
         result = auto_round(inp, state.auto, live_B=~state.done_B, policy=policy,
                             config=config, target=target, drafter=drafter,
                             plain_target=plain_target, plain_drafter=plain_drafter)
-    return commit_round(state, inp, result, next_key=next_key, config=config, drafter=drafter)
+    with jax.named_scope(STAGE_COMMIT):
+        return commit_round(state, inp, result, next_key=next_key, config=config,
+                            drafter=drafter)
 
 
 # ------------------------------------------------------------------ stops
