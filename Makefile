@@ -58,7 +58,7 @@ bench: $(STAMP)
 # --minutes 60"), then train + export a drafter from it (docs/training.md).
 data: $(STAMP)
 	$(VPY) -m pip install -q --no-deps evals==3.0.1.post1
-	$(VPY) -m dominotree_jax.train.collect $(ARGS)
+	$(VPY) -m dominotree_jax.train.data $(ARGS)
 
 train: $(STAMP)
 	$(VPY) -m dominotree_jax.train --seed 0 --out runs/smollm2-domino $(ARGS)

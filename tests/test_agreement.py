@@ -1,10 +1,10 @@
-"""train/agreement.py: the share of stored greedy answer tokens that are the target's own
+"""train/eval/agreement.py: the share of stored greedy answer tokens that are the target's own
 argmax, teacher-forced."""
 
 import numpy as np
 import pytest
 
-from dominotree_jax.train.agreement import answer_agreement, next_token_argmax
+from dominotree_jax.train.eval.agreement import answer_agreement, next_token_argmax
 
 from spec_fixtures import tiny_pair
 

@@ -20,7 +20,7 @@ from dominotree_jax.train import compact_state
 from dominotree_jax.train.dataset import SequenceDataset, batch_stream, epoch_order
 from dominotree_jax.train.draft_vocab import coverage, frequent_answer_tokens
 from dominotree_jax.train.features import FeatureCache, OnTheFlyFeatures
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data.shards import ShardStore
 from dominotree_jax.train.trainer import TrainConfig
 from train_fixtures import TCFG, tiny_target_and_answers
 

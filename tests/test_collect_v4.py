@@ -11,10 +11,10 @@ import os
 import numpy as np
 
 import dominotree_jax as dj
-from dominotree_jax.train.collect import collect, sampled_batch
-from dominotree_jax.train.overlap import BenchmarkFilter
-from dominotree_jax.train.prompts import build_prompts_v4
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data.collect import collect, sampled_batch
+from dominotree_jax.train.data.overlap import BenchmarkFilter
+from dominotree_jax.train.data.prompts import build_prompts_v4
+from dominotree_jax.train.data.shards import ShardStore
 from test_data_pipeline import TCFG, _CharTokenizer, target  # noqa: F401 (fixture)
 
 
@@ -70,7 +70,7 @@ def test_until_means_the_next_such_utc_time_and_rejects_bad_times():
 
     import pytest
 
-    from dominotree_jax.train.collect import deadline_from
+    from dominotree_jax.train.data.collect import deadline_from
     now = datetime.datetime.now(datetime.timezone.utc)
     past = (now - datetime.timedelta(minutes=2)).strftime("%H:%M")
     soon = (now + datetime.timedelta(minutes=3)).strftime("%H:%M")
@@ -90,7 +90,7 @@ def test_backfilled_topk_equals_what_collect_stores(tmp_path, target):  # noqa: 
     --store-topk`` stores for the same rows; the source stays as it was; resumable."""
     import pytest
 
-    from dominotree_jax.train.backfill_topk import backfill
+    from dominotree_jax.train.data.backfill_topk import backfill
     t = dj.Target(TCFG, target.params, _CharTokenizer())
     kw = dict(seed=3, num_prompts=40, batch=4, max_new=8, deadline=None, request_every=0,
               request_share=0.0, prompt_mix="v4", max_batches=2)
@@ -123,8 +123,8 @@ def test_several_seeds_answer_their_pools_in_order(tmp_path, target):  # noqa: F
     seed is refused."""
     import pytest
 
-    from dominotree_jax.train.collect import pool_items
-    from dominotree_jax.train.generate import prompt_key
+    from dominotree_jax.train.data.collect import pool_items
+    from dominotree_jax.train.data.generate import prompt_key
     t = dj.Target(TCFG, target.params, _CharTokenizer())
     kw = dict(num_prompts=6, batch=4, max_new=3, deadline=None, max_batches=None,
               request_every=0, request_share=0.0, prompt_mix="v4")

@@ -132,7 +132,7 @@ def test_needs_a_domino_drafter():
 
 def test_tree_acceptance_walk():
     """The offline walk of train/tree_acceptance: the longest root path spelling the labels."""
-    from dominotree_jax.train.tree_acceptance import parse_config, tree_accepted
+    from dominotree_jax.train.eval.tree import parse_config, tree_accepted
     tokens = np.array([[5, 7, 9, 7, 2, 0]])
     parents = np.array([[-1, -1, 0, 1, 3, -1]])
     valid = np.array([[1, 1, 1, 1, 1, 0]], bool)

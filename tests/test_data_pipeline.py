@@ -13,11 +13,11 @@ import dominotree_jax as dj
 from dominotree_jax.measure import eval_prompts
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.target import init_target_params
-from dominotree_jax.train import self_prompts
-from dominotree_jax.train.generate import answered_keys, bucket, generate_answers, plan_batches
-from dominotree_jax.train.overlap import BenchmarkFilter, ngrams
-from dominotree_jax.train.prompts import build_prompts
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data import self_prompts
+from dominotree_jax.train.data.generate import answered_keys, bucket, generate_answers, plan_batches
+from dominotree_jax.train.data.overlap import BenchmarkFilter, ngrams
+from dominotree_jax.train.data.prompts import build_prompts
+from dominotree_jax.train.data.shards import ShardStore
 
 TCFG = TargetConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                     num_attention_heads=2, num_key_value_heads=1, head_dim=16,

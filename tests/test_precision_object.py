@@ -161,7 +161,9 @@ def _entry_points():
     from benchmarks.step import slot_step
     from convert.__main__ import _parser as convert_parser
     from dominotree_jax import __main__ as demo, calibrate
-    from dominotree_jax.train import acceptance, agreement, collect, run
+    from dominotree_jax.train import run
+    from dominotree_jax.train.data import collect
+    from dominotree_jax.train.eval import acceptance, agreement
     return {
         "demo": (demo.main, "--precision"), "calibrate": (calibrate.main, "--precision"),
         "train": (run.parse_args, "--dtype"), "train-features": (run.parse_args,
@@ -192,7 +194,9 @@ def test_every_command_line_refuses_a_bad_precision_through_the_helper(name, cap
 
 def test_command_lines_read_a_precision_value():
     from convert.__main__ import _parser as convert_parser
-    from dominotree_jax.train import acceptance, collect, run
+    from dominotree_jax.train import run
+    from dominotree_jax.train.data import collect
+    from dominotree_jax.train.eval import acceptance
     args = run.parse_args(["--dtype", "bfloat16", "--feature-precision", "bfloat16"])
     assert args.precision == args.feature_precision == Precision("bfloat16")
     assert collect.parse_args(["--precision", "bfloat16"]).precision == Precision("bfloat16")
@@ -291,17 +295,18 @@ def test_campaign_plans_saved_with_dtype_still_load(tmp_path):
 
 
 def test_run_settings_store_the_precision_text_and_read_old_dtype_runs(tmp_path):
-    from dominotree_jax.train.run import parse_args, run_settings
+    from dominotree_jax.train.run import RunSettings, parse_args
     new = tmp_path / "new"
-    new.mkdir()
-    run = run_settings(parse_args(["--out", str(new), "--shards", "2", "--dtype", "bfloat16"]))
-    assert run["precision"] == "bfloat16" and "dtype" not in run
-    assert json.loads((new / "run.json").read_text())["precision"] == "bfloat16"
+    run = RunSettings.from_args(parse_args(["--shards", "2", "--dtype", "bfloat16"]))
+    run = run.resolve(str(new))
+    assert run.train.precision == Precision("bfloat16")
+    saved = json.loads((new / "run.json").read_text())
+    assert saved["train"]["precision"] == "bfloat16" and "dtype" not in saved["train"]
     old = tmp_path / "old"
     old.mkdir()
     (old / "run.json").write_text(json.dumps({"data": "d", "shards": 3, "dtype": "bfloat16"}))
-    again = run_settings(parse_args(["--out", str(old)]))
-    assert again["precision"] == "bfloat16" and "dtype" not in again
+    again = RunSettings().resolve(str(old))
+    assert again.train.precision == Precision("bfloat16")
 
 
 # ------------------------------------------------------------------ load_target, every kind

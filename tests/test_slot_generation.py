@@ -1,30 +1,57 @@
-"""Slot-refill answer generation (``train/slots.py``) on a tiny random target: the plain path's
-greedy answers, an exact cap, full refilled calls, reproducible sampling, the loop stop, clear
-errors (``collect --refill`` itself runs in ``test_segmented_generation.py``)."""
+"""Refilling answer generation on a persistent KV cache (``train/data/slots.py``) on a tiny
+random target: the plain path's greedy answers, an exact cap, full refilled calls, only
+completed rows in shards, resumable after a kill, reproducible sampling, the loop stop,
+``collect --refill``, clear errors."""
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import os
 
+import numpy as np
 import pytest
 
 import dominotree_jax as dj
-from dominotree_jax.train import loops, slots
-from dominotree_jax.train.collect import collect
-from dominotree_jax.train.generate import generate_answers
-from dominotree_jax.train.segmented import generate_answers_segmented
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data import generate, loops, slots
+from dominotree_jax.train.data.collect import collect
+from dominotree_jax.train.data.generate import generate_answers
+from dominotree_jax.train.data.shards import ShardStore
 from test_data_pipeline import TCFG, _CharTokenizer, target  # noqa: F401 (fixture)
-from test_segmented_generation import QUIET, _answers, _prompts, eos_target  # noqa: F401
+
+QUIET = dict(log=lambda m: None)
+
+
+class _EosTokenizer(_CharTokenizer):
+    def __init__(self, eos: int):
+        self.eos_token_id = eos
+
+
+def _prompts(n: int, seed: int = 0, lo: int = 3, hi: int = 20):
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(3, 90, size=int(rng.integers(lo, hi))).tolist(), f"s{i % 3}")
+            for i in range(n)]
+
+
+def _answers(store: ShardStore) -> dict:
+    return {(tuple(t[:p].tolist()), src): t[p:].tolist() for t, p, src in store.rows("answers")}
+
+
+@pytest.fixture(scope="module")
+def eos_target(target):  # noqa: F811
+    """The tiny target with a stop id that its greedy answers hit at various depths: the token
+    most often generated at answer positions 1..9 (no stop id), so rows finish unevenly."""
+    prompts = _prompts(16, seed=5)
+    toks, num = generate.run_decode(target, [p for p, _ in prompts], width=64, batch=16,
+                                    max_new=10, stop_ids=())
+    eos = collections.Counter(toks[:, 1:9].ravel().tolist()).most_common(1)[0][0]
+    return dj.Target(TCFG, target.params, _EosTokenizer(int(eos)))
 
 
 def _slot_run(tgt, store, prompts, **kw):
-    """``generate_answers_segmented`` with a ``SlotAnswerer`` pool."""
-    return generate_answers_segmented(
-        tgt, store, prompts, answerer=functools.partial(slots.SlotAnswerer, max_prompt=64),
-        **kw, **QUIET)
+    """``slots.generate_answers_slots`` with prompts up to 64 tokens."""
+    return slots.generate_answers_slots(tgt, store, prompts, max_prompt=64, **kw, **QUIET)
 
 
 def test_slot_greedy_equals_plain_and_refills(tmp_path, eos_target):  # noqa: F811
@@ -33,15 +60,94 @@ def test_slot_greedy_equals_plain_and_refills(tmp_path, eos_target):  # noqa: F8
     generate_answers(eos_target, plain, prompts, batch=4, max_new=10, seed=0, **QUIET)
     ref = _answers(plain)
     lengths = [len(a) for a in ref.values()]
-    assert min(lengths) < 10 and max(lengths) == 10, lengths       # rows finish unevenly
+    assert len(ref) == 14 and min(lengths) < 10 and max(lengths) == 10, lengths  # uneven rows
     store = ShardStore(str(tmp_path / "slots"), vocab_size=TCFG.vocab_size)
     s = _slot_run(eos_target, store, prompts, batch=4, max_new=10, seed=0, segment=3)
     assert _answers(store) == ref
-    assert s["rows"] == 14 and s["full_calls"] >= 3
-    # refilled: some call admitted fresh rows beside continuing ones
-    assert any(0 < fresh < rows for rows, fresh in s["call_log"])
+    assert s["rows"] == 14 and s["answer_tokens"] == sum(lengths)
+    # Refill: calls mix fresh prompts with continuing rows, and every call runs a full batch
+    # until the prompts run out (only the last refill and the drain may run fewer rows).
+    log = s["call_log"]
+    assert any(0 < fresh < rows for rows, fresh in log), log
+    last_fresh = max(i for i, (_, fresh) in enumerate(log) if fresh)
+    assert all(rows == 4 for rows, _ in log[:last_fresh]), log
+    assert s["full_calls"] >= 3
     man = json.load(open(os.path.join(str(tmp_path / "slots"), "manifest.json")))
+    assert [e["rows"] for e in man["shards"]] == [4, 4, 4, 2]
     assert all(e["generator"] == slots.SlotAnswerer.GENERATOR for e in man["shards"])
+    assert all(e["segment"] == 3 and e["gen_seconds"] >= 0 for e in man["shards"])
+
+
+def test_slot_kill_leaves_only_complete_rows_and_resumes(tmp_path, eos_target,  # noqa: F811
+                                                         monkeypatch):
+    prompts = _prompts(12, seed=1)
+    plain = ShardStore(str(tmp_path / "plain"), vocab_size=TCFG.vocab_size)
+    generate_answers(eos_target, plain, prompts, batch=4, max_new=10, seed=0, **QUIET)
+    ref = _answers(plain)
+
+    real, calls = slots.step_slots, []
+
+    def dies_on_fifth_call(*a, **kw):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt("killed")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(slots, "step_slots", dies_on_fifth_call)
+    data = str(tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        _slot_run(eos_target, ShardStore(data, vocab_size=TCFG.vocab_size), prompts, batch=4,
+                  max_new=10, seed=0, segment=3)
+    monkeypatch.setattr(slots, "step_slots", real)
+    killed = _answers(ShardStore(data))
+    assert 0 < len(killed) < 12                       # some shard made it, not everything
+    assert all(ref[k] == v for k, v in killed.items())  # full answers only, never partial
+    s = _slot_run(eos_target, ShardStore(data), prompts, batch=4, max_new=10, seed=0,
+                  segment=3)
+    assert s["pending"] == 12 - len(killed) and s["rows"] == s["pending"]
+    assert _answers(ShardStore(data)) == ref
+    assert ShardStore(data).totals()["answers"]["rows"] == 12   # nothing answered twice
+
+
+def test_slot_max_batches_and_sampling(tmp_path, eos_target):  # noqa: F811
+    prompts = _prompts(20, seed=3)
+    runs = []
+    for name in ("a", "b"):
+        store = ShardStore(str(tmp_path / name), vocab_size=TCFG.vocab_size)
+        s = _slot_run(eos_target, store, prompts, batch=4, max_new=9, seed=7, segment=4,
+                      temperature=0.7, max_batches=2)
+        assert s["batches"] == 2 and s["rows"] == 8
+        runs.append(_answers(store))
+    assert runs[0] == runs[1]                           # keys from the seed and call number
+    assert all(len(a) <= 9 for a in runs[0].values())
+    greedy = ShardStore(str(tmp_path / "g"), vocab_size=TCFG.vocab_size)
+    _slot_run(eos_target, greedy, prompts, batch=4, max_new=9, seed=7, segment=4,
+              max_batches=2)
+    assert _answers(greedy).keys() == runs[0].keys() and _answers(greedy) != runs[0]
+    with pytest.raises(ValueError, match="segment"):
+        slots.SlotAnswerer(eos_target, greedy, batch=4, max_new=9, segment=0, seed=0,
+                           max_prompt=64)
+
+
+def test_collect_refill_resumes_with_sampling_and_topk(tmp_path, target):  # noqa: F811
+    t = dj.Target(TCFG, target.params, _CharTokenizer())
+    data = str(tmp_path / "data")
+    kw = dict(seed=0, num_prompts=60, batch=4, max_new=8, deadline=None, request_every=0,
+              request_share=0.0, prompt_mix="v4", store_topk=3, refill=3)
+    first = collect(t, data, max_batches=2, sample_share=0.5, **kw)
+    man = json.load(open(os.path.join(data, "manifest.json")))
+    # Two full shards (greedy, sampled), then each pool's rows in flight finished into one more.
+    assert first["answer_batches"] == len(man["shards"]) >= 2
+    assert [s["temperature"] for s in man["shards"][:2]] == [0.0, 0.7]
+    assert all(s["segment"] == 3 and s["topk"] == 3 for s in man["shards"])
+    assert all(s["generator"] == slots.SlotAnswerer.GENERATOR for s in man["shards"])
+    store = ShardStore(data)
+    for e in store.entries():
+        assert store.read(e)["topk_ids"].shape == (e["answer_tokens"], 3)
+    collect(t, data, max_batches=1, **kw)
+    rows = list(ShardStore(data).rows())
+    keys = [tok[:p].tobytes() for tok, p, _ in rows]
+    assert len(keys) == len(set(keys)) and len(rows) > first["rows"]
 
 
 def test_slot_batch_above_one_insert_call(tmp_path, target):  # noqa: F811
@@ -98,10 +204,8 @@ def test_slot_loop_stop_keeps_the_onset_of_a_loop(tmp_path, target):  # noqa: F8
     generate_answers(target, plain, prompts, batch=4, max_new=24, seed=0, **QUIET)
     ref = _answers(plain)                                 # no stop id: all run to the cap
     store = ShardStore(str(tmp_path / "loop"), vocab_size=TCFG.vocab_size)
-    generate_answers_segmented(
-        target, store, prompts, batch=4, max_new=24, seed=0, segment=5, **QUIET,
-        answerer=functools.partial(slots.SlotAnswerer, max_prompt=64, loop_window=2,
-                                   loop_repeats=3))
+    _slot_run(target, store, prompts, batch=4, max_new=24, seed=0, segment=5, loop_window=2,
+              loop_repeats=3)
     got = _answers(store)
     stopped = 0
     for k, answer in got.items():
@@ -133,8 +237,6 @@ def test_collect_refill_options_are_checked(tmp_path, target):  # noqa: F811
     t = dj.Target(TCFG, target.params, _CharTokenizer())
     kw = dict(seed=0, num_prompts=60, batch=4, max_new=8, deadline=None, request_every=0,
               request_share=0.0, prompt_mix="v4", max_batches=1)
-    with pytest.raises(ValueError, match="--segment or --refill"):
-        collect(t, str(tmp_path / "a"), segment=3, refill=3, **kw)
     with pytest.raises(ValueError, match="--loop-stop needs --refill"):
         collect(t, str(tmp_path / "b"), loop_stop=4, **kw)
 

@@ -3,6 +3,7 @@ warm start, export."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -220,7 +221,7 @@ def test_grown_drafter_starts_as_the_original(setup):
 
 
 def test_heldout_plot_shifts_a_continued_run(tmp_path):
-    from dominotree_jax.train import report
+    from dominotree_jax.train.eval import report
     assert report._run_and_offset("runs/v3@477000") == ("runs/v3", 477000)
     assert report._run_and_offset("runs/v2") == ("runs/v2", 0)
     with pytest.raises(ValueError, match="count of labels"):
@@ -235,7 +236,7 @@ def test_heldout_plot_shifts_a_continued_run(tmp_path):
 
 
 def test_per_depth_plot_reads_both_heads_and_refuses_old_curves(tmp_path):
-    from dominotree_jax.train import report
+    from dominotree_jax.train.eval import report
     run = tmp_path / "v4c"
     run.mkdir()
     pts = [{"step": s, "labels_seen": 1000 * s, "base_acc_d": [0.5, 0.1 * s],
@@ -295,7 +296,7 @@ def test_dataset_from_a_later_shard(setup):
 
 
 def test_dataset_trims_answers_at_their_loop(setup):
-    from dominotree_jax.train.loops import loop_end
+    from dominotree_jax.train.data.loops import loop_end
     _, _, ds, _, _ = setup
     trimmed = D.SequenceDataset(ds.store, ds.features, SEQ_LEN, trim_loops=2)
     assert len(trimmed) == len(ds)                        # a cut keeps >= 2 answer tokens
@@ -381,14 +382,83 @@ def test_keep_best_measures_the_reference_once(setup, tmp_path):
 
 
 def test_run_settings_fix_the_feature_precision_and_default_old_runs(tmp_path):
-    from dominotree_jax.train.run import parse_args, run_settings
-    new = tmp_path / "new"
-    new.mkdir()
-    args = parse_args(["--out", str(new), "--shards", "2", "--feature-precision", "bfloat16"])
-    assert run_settings(args)["feature_precision"] == "bfloat16"
-    again = parse_args(["--out", str(new), "--feature-precision", "float32"])
-    assert run_settings(again)["feature_precision"] == "bfloat16"    # fixed by the first call
+    from dominotree_jax.train.run import RunSettings, parse_args
+    new = str(tmp_path / "new")
+    args = parse_args(["--shards", "2", "--feature-precision", "bfloat16"])
+    assert RunSettings.from_args(args).resolve(new).feature_precision == "bfloat16"
+    again = RunSettings.from_args(parse_args(["--feature-precision", "float32",
+                                              "--ckpt-minutes", "1"]))
+    fixed = again.resolve(new)
+    assert fixed.feature_precision == "bfloat16"    # fixed by the first call
+    assert fixed.train.ckpt_every_s == 60            # ... but the interval is this call's
     old = tmp_path / "old"
     old.mkdir()
     (old / "run.json").write_text(json.dumps({"data": "d", "shards": 3}))
-    assert run_settings(parse_args(["--out", str(old)]))["feature_precision"] == "float32"
+    assert RunSettings().resolve(str(old)).feature_precision == "float32"
+
+
+def test_run_settings_from_the_command_line_and_from_code_alike(tmp_path):
+    """One settings object: the command line's defaults are ``RunSettings()``; its options map
+    by name onto the settings and ``TrainConfig``; ``to_json`` round-trips; a run.json of v3
+    (flat, taps as text, no recipe options) loads with the recipe of that time."""
+    import dataclasses
+
+    from dominotree_jax.train.campaign import CampaignPlan
+    from dominotree_jax.train.run import RunSettings, parse_args
+    assert RunSettings.from_args(parse_args([])) == RunSettings()
+    cli = RunSettings.from_args(parse_args(
+        ["--layers", "2", "--taps", "0,1", "--lr", "6e-4", "--anchor-mode", "all",
+         "--draft-vocab", "64", "--no-curriculum", "--dtype", "bfloat16"]))
+    code = RunSettings(layers=2, taps=(0, 1), draft_vocab=64, train=TrainConfig(
+        steps=2000, lr=6e-4, anchor_mode="all", curriculum=False, precision="bfloat16"))
+    assert cli == code
+    assert RunSettings.from_json(json.loads(json.dumps(code.to_json()))) == code
+    v3 = {"data": "data/smollm2", "shards": 175, "layers": 2, "intermediate": 1536,
+          "taps": "1,15,27", "block_size": 8, "gru": 256, "emb": 128, "mask_token_id": 16,
+          "steps": 3000, "batch": 8, "anchors": 12, "seq_len": 320, "lr": 0.0006,
+          "warmup": 30, "gamma": 7.0, "soft": 0.0, "curriculum": False, "train_vocab": 8192,
+          "heldout_pct": 5, "warm_start": "runs/v2/drafter", "grow_layers": None, "seed": 0}
+    (tmp_path / "run.json").write_text(json.dumps(v3))
+    got = RunSettings().resolve(str(tmp_path))
+    assert got.taps == (1, 15, 27) and got.warm_start == "runs/v2/drafter"
+    assert (got.shard_from, got.trim_loops, got.draft_vocab) == (0, 0, 0)
+    assert got.train == TrainConfig(steps=3000, lr=0.0006, warmup=30, curriculum=False)
+    with pytest.raises(ValueError, match="unknown run settings"):
+        RunSettings.from_json({**v3, "colour": "red"})
+    with pytest.raises(ValueError, match="drop --warm-start"):
+        RunSettings(warm_start="shipped", train=TrainConfig(layer_init="target"))
+    with pytest.raises(ValueError, match="--grow-layers needs --warm-start"):
+        RunSettings(grow_layers=3)
+    # a campaign's plan is a run's settings with a campaign's defaults
+    plan = CampaignPlan(name="p", train=TrainConfig(steps=4))
+    assert isinstance(plan, RunSettings) and plan.drafter_config(TCFG).draft_vocab_size == 16384
+    assert dataclasses.replace(plan, layers=1).layers == 1
+    with pytest.raises(ValueError, match="no warm_start"):
+        CampaignPlan(name="p", train=TrainConfig(), warm_start="shipped", draft_vocab=0)
+
+
+def test_make_trainer_from_code_fixes_and_resumes_the_run(setup, tmp_path):
+    """``make_trainer(RunSettings(...))``: the same trainer a command line builds, its settings
+    fixed in run.json by the first call, a later call resuming the checkpoint with them."""
+    from dominotree_jax.train.run import RunSettings, make_trainer
+    root, target, ds, _, _ = setup
+    settings = RunSettings(data=str(root / "data"), seq_len=SEQ_LEN, heldout_pct=20,
+                           intermediate=96, taps=TAPS, block_size=4, gru=16, emb=16,
+                           mask_token_id=127, draft_vocab=48,
+                           train=TrainConfig(steps=2, batch=4, anchors=4, warmup=1))
+    out = str(tmp_path / "run")
+    tr, held = make_trainer(settings, target, out=out, features=str(tmp_path / "f"))
+    assert tr.dcfg == settings.drafter_config(TCFG) and len(held) >= 2
+    assert (tr.dcfg.target_layer_ids, tr.dcfg.draft_vocab_size) == (TAPS, 48)
+    assert tr.tc == settings.train and len(ds) == len(tr.ds)
+    tr.fit(num_steps=1)
+    tr.save()
+    tr.close()
+    fixed = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert fixed["shards"] == 3 and fixed["train"]["steps"] == 2 and fixed["draft_vocab"] == 48
+    other = dataclasses.replace(settings, layers=2, train=dataclasses.replace(
+        settings.train, steps=5, ckpt_every_s=7.0))     # a later call's flags do not count
+    again, _ = make_trainer(other, target, out=out, features=str(tmp_path / "f"))
+    assert again.step == 1 and again.dcfg.num_hidden_layers == 1
+    assert again.tc == dataclasses.replace(settings.train, ckpt_every_s=7.0)
+    again.close()

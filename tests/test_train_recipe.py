@@ -19,11 +19,11 @@ from dominotree_jax.model.drafter import DrafterContext, bind_drafter
 from dominotree_jax.model.target import bind_target, init_target_params
 from dominotree_jax.train import dataset as D
 from dominotree_jax.train.features import FeatureCache
-from dominotree_jax.train.generate import generate_answers
+from dominotree_jax.train.data.generate import generate_answers
 from dominotree_jax.model.state import flat_to_state
 from dominotree_jax.train.loss import (_ce, block_logits, curriculum_lambda,
                                        loss_and_metrics, topk_targets, until_fail_mask)
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data.shards import ShardStore
 from dominotree_jax.train.target_init import target_layer_init
 from dominotree_jax.train.trainer import TrainConfig, Trainer, evaluate, init_params
 from dominotree_jax.tree.reference import gru_step_numpy

@@ -8,8 +8,8 @@ import numpy as np
 import dominotree_jax as dj
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.target import init_target_params
-from dominotree_jax.train.generate import generate_answers
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data.generate import generate_answers
+from dominotree_jax.train.data.shards import ShardStore
 
 TCFG = TargetConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16,

@@ -40,7 +40,7 @@ def main(argv=None):
     from dominotree_jax.train.dataset import SequenceDataset
     from dominotree_jax.train.features import TokensOnly
     from dominotree_jax.train.draft_vocab import answer_token_counts, most_frequent, share_inside
-    from dominotree_jax.train.shards import ShardStore
+    from dominotree_jax.train.data.shards import ShardStore
 
     pair, _, drafter_name = load_models(None, None, "float32")
     V = pair.target.config.vocab_size

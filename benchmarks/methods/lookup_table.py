@@ -62,7 +62,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     from dominotree_jax.train.dataset import SequenceDataset
     from dominotree_jax.train.features import TokensOnly
-    from dominotree_jax.train.shards import ShardStore
+    from dominotree_jax.train.data.shards import ShardStore
 
     ds = SequenceDataset(ShardStore(args.data), TokensOnly(), seq_len=1 << 20)
     _, held = ds.split(args.heldout_pct)

@@ -1,4 +1,4 @@
-"""The slot-refill AR step of data collection (``train/slots.py step_slots`` with slot groups),
+"""The slot-refill AR step of data collection (``train/data/slots.py step_slots`` with slot groups),
 its cache pass as dots or fused (``model/layers.py``, the note above ``_prefix_step``), in each
 ``--dtypes`` precision of the target (weights and KV cache), side by side in one process.
 
@@ -45,7 +45,7 @@ def main(argv=None):
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
     from dominotree_jax.measure.timing import cpu_model
-    from dominotree_jax.train.slots import SlotState, empty_slots, slot_widths, step_slots
+    from dominotree_jax.train.data.slots import SlotState, empty_slots, slot_widths, step_slots
     targets = {d: dj.load_target(smollm2_gguf_path(), precision=d) for d in dtypes}
     cfg = targets[dtypes[0]].config
     rng = np.random.default_rng(args.seed)

@@ -37,8 +37,9 @@ def worker(out: str, steps: int, model_axis: int, train_argv: list[str]) -> dict
     targs = cli.parse_args(train_argv + ["--stage", "train", "--out", out, "--steps",
                                          str(steps + 1), "--model-axis", str(model_axis)])
     os.makedirs(targs.out, exist_ok=True)
-    target = cli.load_target(targs)
-    tr, _ = cli.make_trainer(targs, target)
+    target = cli.load_target(targs.target)
+    tr, _ = cli.make_trainer(cli.RunSettings.from_args(targs), target, out=targs.out,
+                             features=targs.features, model_axis=targs.model_axis)
     tc = tr.tc
     stream = batch_stream(tr.ds, tr.train_ids, batch=tc.batch, anchors=tc.anchors,
                           block=tr.dcfg.num_draft_positions, seed=tc.seed,

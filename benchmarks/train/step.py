@@ -82,8 +82,10 @@ def main(argv=None):
     trainers, target = {}, None
     for name, targs in parsed.items():
         os.makedirs(targs.out, exist_ok=True)
-        target = target or cli.load_target(targs)
-        trainers[name], _ = cli.make_trainer(targs, target)
+        target = target or cli.load_target(targs.target)
+        trainers[name], _ = cli.make_trainer(cli.RunSettings.from_args(targs), target,
+                                             out=targs.out, features=targs.features,
+                                             model_axis=targs.model_axis)
     names = list(trainers)
     tr0 = trainers[names[0]]
     tc = tr0.tc

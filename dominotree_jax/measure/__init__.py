@@ -1,5 +1,5 @@
 """What measuring the engine needs, shared by the cost calibration (``dominotree_jax.calibrate``),
-the training tools (``train/acceptance.py``, ``overlap.py``, ``campaign.py``, ``agreement.py``)
+the training tools (``train/eval/``, ``train/data/overlap.py``, ``train/campaign.py``)
 and the benchmarks (``benchmarks/``):
 
 - ``timing``: the interleaved timer and the machine facts named next to a timing (CPU model,

@@ -1,8 +1,8 @@
 """The evaluation prompt sets, read from files inside installed data packages (never imported).
 
 The one place they are read: the benchmarks (``benchmarks/``), the cost calibration
-(``dominotree_jax.calibrate``), the acceptance measurement (``train/acceptance.py``) and the
-training data's overlap filter (``train/overlap.py``) all load them from here.
+(``dominotree_jax.calibrate``), the acceptance measurement (``train/eval/acceptance.py``) and the
+training data's overlap filter (``train/data/overlap.py``) all load them from here.
 
 The prompt sets (``LOADERS``, what ``load`` serves):
 

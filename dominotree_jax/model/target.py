@@ -118,7 +118,7 @@ class TargetModel(nnx.Module):
         """``forward_cached`` with the batch in ``len(widths)`` equal groups of consecutive rows,
         group ``g`` reading only the first ``widths[g]`` cache slots: static slices of the
         written cache, one dense pass each, no conditional (the slot-refill AR steps,
-        ``train/slots.py``, whose host knows every row's position). The caller keeps each
+        ``train/data/slots.py``, whose host knows every row's position). The caller keeps each
         row's ``prefix`` within its group's width; slots past it are not seen. ``fused``: the
         cache pass as elementwise products and sums (``attend_cached(fused=True)``, faster for
         these one-row steps on XLA:CPU); False: the dots of every other path."""

@@ -16,7 +16,7 @@ import os
 
 from convert.drafter import save_drafter
 from dominotree_jax.config import DrafterConfig
-from dominotree_jax.train.shards import atomic_write
+from dominotree_jax.train.data.shards import atomic_write
 
 METRIC = "tau_corr"
 

@@ -4,13 +4,15 @@ A window (a session of a few hours, on whatever host it gets) continues the run 
 committed at the end of the last one; nothing else survives between windows. The campaign's
 directory (committed, ``data/campaign/<name>/``) holds all of it:
 
-- ``campaign.json``: the plan (``CampaignPlan``): data, drafter shape, recipe, total steps;
+- ``campaign.json``: the plan (``CampaignPlan``, a ``run.RunSettings``): data, drafter shape,
+  recipe, total steps, data mix, evaluation;
 - ``d2t.npy``: the draft vocabulary (``draft_vocab.frequent_answer_tokens``), fixed at start;
 - ``state_params.npz`` + ``state_moments.npz`` + ``state.json``: the training state in its
   committed form (``compact_state``: bf16 parameters, 8/4-bit moments; ~3.5 bytes a parameter,
   two files so that neither passes 30 MB) and its step;
 - ``train_log.csv``: the learning curve, one row a step; ``heldout_curve.jsonl``:
-  teacher-forced chain τ on the benchmark sets at every evaluation (``BenchmarkEval``);
+  teacher-forced chain τ on the benchmark sets at every evaluation
+  (``eval.acceptance.BenchmarkEval``);
   ``windows.jsonl``: one row per window (host, CPU, steps, labels/s).
 
 Features are computed for each batch (``features.OnTheFlyFeatures``), and batch ``k`` is a pure
@@ -32,6 +34,7 @@ import time
 
 import numpy as np
 
+from dominotree_jax.train.run import RunSettings
 from dominotree_jax.train.trainer import TrainConfig
 
 # the data mix (docs/training.md): toward what the benchmark sets ask (code, chat, maths),
@@ -43,43 +46,31 @@ DEFAULT_SOURCE_WEIGHTS = (("template:code", 3.0), ("template:code4", 3.0),
                           ("evals:word_problems", 0.5))
 
 
-@dataclasses.dataclass(frozen=True)
-class CampaignPlan:
-    """Everything that fixes a campaign's computation (written once to ``campaign.json``)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CampaignPlan(RunSettings):
+    """Everything that fixes a campaign's computation (written once to ``campaign.json``): a
+    training run's settings (``RunSettings``, with a campaign's defaults below; no warm start,
+    the drafter over its own draft vocabulary), the data mix and the benchmark evaluation."""
     name: str
     train: TrainConfig
-    data: str = "data/smollm2"
-    shard_from: int = 0
-    shards: int | None = None        # None at creation: every answer shard there is then
     trim_loops: int = 16
-    heldout_pct: int = 5
-    seq_len: int = 320
     draft_vocab: int = 16384
     feature_precision: str = "bfloat16"
     layers: int = 2
-    intermediate: int = 1536
-    taps: tuple[int, ...] = (1, 15, 27)
-    block_size: int = 8
-    gru: int = 256
-    emb: int = 128
-    mask_token_id: int = 16
     source_weights: tuple[tuple[str, float], ...] = DEFAULT_SOURCE_WEIGHTS
     eval_every: int = 400
     eval_sets: tuple[str, ...] = ("humaneval", "mtbench", "math500")
     eval_n: int = 10
     eval_anchors: int = 24
 
-    def to_json(self) -> dict:
-        return {**dataclasses.asdict(self), "train": self.train.to_json()}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "CampaignPlan":
-        d = dict(d)
-        d["train"] = TrainConfig.from_json(d["train"])   # "dtype" in plans before "precision"
-        d["taps"] = tuple(d["taps"])
-        d["eval_sets"] = tuple(d["eval_sets"])
-        d["source_weights"] = tuple((str(k), float(v)) for k, v in d["source_weights"])
-        return cls(**d)
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "eval_sets", tuple(self.eval_sets))
+        object.__setattr__(self, "source_weights",
+                           tuple((str(k), float(v)) for k, v in self.source_weights))
+        if self.warm_start or self.grow_layers or self.train_vocab or not self.draft_vocab:
+            raise ValueError("a campaign trains a new drafter over its draft vocabulary: no "
+                             "warm_start, grow_layers or train_vocab, and a draft_vocab")
 
 
 def plan_path(root: str) -> str:
@@ -96,24 +87,11 @@ def load_plan(root: str) -> CampaignPlan:
 
 # ---------------------------------------------------------------------------- the pieces
 
-def drafter_config(plan: CampaignPlan, tcfg):
-    from dominotree_jax.config import DrafterConfig
-    return DrafterConfig.for_target(tcfg, layers=plan.layers, intermediate=plan.intermediate,
-                                    taps=plan.taps, block_size=plan.block_size,
-                                    mask_token_id=plan.mask_token_id, gru=plan.gru,
-                                    emb=plan.emb, draft_vocab_size=plan.draft_vocab)
-
-
 def dataset(plan: CampaignPlan, target, features=None):
     """The campaign's ``SequenceDataset`` with features computed per batch."""
-    from dominotree_jax.train.dataset import SequenceDataset
     from dominotree_jax.train.features import OnTheFlyFeatures
-    from dominotree_jax.train.shards import ShardStore
-    store = ShardStore(plan.data, vocab_size=target.config.vocab_size)
-    feats = features or OnTheFlyFeatures(target.config, target.params, plan.taps,
-                                         precision=plan.feature_precision)
-    return SequenceDataset(store, feats, plan.seq_len, max_shards=plan.shards,
-                           first_shard=plan.shard_from, trim_loops=plan.trim_loops)
+    return plan.dataset(target, features or OnTheFlyFeatures(
+        target.config, target.params, plan.taps, precision=plan.feature_precision))
 
 
 def sequence_weights(plan: CampaignPlan, ds, ids) -> np.ndarray:
@@ -124,7 +102,7 @@ def sequence_weights(plan: CampaignPlan, ds, ids) -> np.ndarray:
 def start(root: str, plan: CampaignPlan, target, log=print) -> CampaignPlan:
     """Create the campaign in ``root``: fix the shard count and the draft vocabulary."""
     from dominotree_jax.train.draft_vocab import answer_token_counts, most_frequent, share_inside
-    from dominotree_jax.train.shards import ShardStore
+    from dominotree_jax.train.data.shards import ShardStore
     if os.path.exists(plan_path(root)):
         raise FileExistsError(f"{root} already holds a campaign; continue it instead")
     os.makedirs(root, exist_ok=True)
@@ -222,7 +200,7 @@ def make_trainer(root: str, plan: CampaignPlan, target, ds=None, ckpt_dir: str |
     the committed state when that is ahead."""
     from dominotree_jax.train.trainer import Trainer
     ds = ds if ds is not None else dataset(plan, target)
-    dcfg = drafter_config(plan, target.config)
+    dcfg = plan.drafter_config(target.config)
     train_ids, _ = ds.split(plan.heldout_pct)
     d2t = np.load(os.path.join(root, "d2t.npy"))
     ckpt_dir = ckpt_dir or os.path.join(local_dir(root, plan), "ckpt")
@@ -235,35 +213,16 @@ def make_trainer(root: str, plan: CampaignPlan, target, ds=None, ckpt_dir: str |
 
 # ---------------------------------------------------------------------------- evaluation
 
-class BenchmarkEval:
-    """Teacher-forced chain τ (``trainer.evaluate``) on the target's own greedy answers to the
-    benchmark sets' prompts (``acceptance.benchmark_store``; cached under ``runs/``, never
-    training data): the campaign's ship gate."""
-
-    def __init__(self, plan: CampaignPlan, target, cache: str = "runs/acceptance"):
-        from dominotree_jax.train.acceptance import benchmark_store
-        from dominotree_jax.train.dataset import SequenceDataset
-        from dominotree_jax.train.features import FeatureCache
-        self.target, self.anchors, self.sets = target, plan.eval_anchors, {}
-        for name in plan.eval_sets:
-            store = benchmark_store(target, name, plan.eval_n, 123, 128, cache)
-            feats = FeatureCache(os.path.join(store.root, "features"), target.config,
-                                 target.params, plan.taps, precision=plan.feature_precision)
-            self.sets[name] = SequenceDataset(store, feats, seq_len=512)
-
-    def __call__(self, dcfg, params) -> dict:
-        from dominotree_jax.train.trainer import evaluate
-        out = {}
-        for name, ds in self.sets.items():
-            ids = list(range(len(ds)))[:len(ds) // 2 * 2]
-            m = evaluate(dcfg, params, self.target.config, self.target.params, ds, ids,
-                         anchors=self.anchors, batch=2, seed=0, answer_frac=1.0)
-            out[name] = {"tau_corr": m["tau_corr"], "tau_base": m["tau_base"]}
-        out["mean_tau_corr"] = float(np.mean([v["tau_corr"] for v in out.values()]))
-        return out
+def benchmark_eval(plan: CampaignPlan, target):
+    """The campaign's ship gate: teacher-forced chain τ on the benchmark sets' prompts
+    (``eval.acceptance.BenchmarkEval``; the target's answers cached under ``runs/``, never
+    training data)."""
+    from dominotree_jax.train.eval.acceptance import BenchmarkEval
+    return BenchmarkEval(target, plan.taps, sets=plan.eval_sets, n=plan.eval_n,
+                         anchors=plan.eval_anchors, precision=plan.feature_precision)
 
 
-def reference(root: str, evaluator: BenchmarkEval, target) -> dict:
+def reference(root: str, evaluator, target) -> dict:
     """The shipped drafter's figures on the same evaluation (``reference.json``, once)."""
     path = os.path.join(root, "reference.json")
     if os.path.exists(path):
@@ -307,7 +266,7 @@ def continue_campaign(root: str, target, *, deadline: float | None = None,
     tr = make_trainer(root, plan, target, progress=False)
     first = tr.step
     log(f"campaign {plan.name}: step {first} of {plan.train.steps} on {cpu_description()}")
-    evaluator = BenchmarkEval(plan, target) if evaluate and plan.eval_every else None
+    evaluator = benchmark_eval(plan, target) if evaluate and plan.eval_every else None
     best_path = os.path.join(root, "best.json")
 
     def eval_fn(trainer):
@@ -387,8 +346,6 @@ def default_recipe(steps: int, batch: int, anchors: int) -> TrainConfig:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import dominotree_jax as dj
-    from dominotree_jax.assets import smollm2_gguf_path
     if args.action == "status":
         plan = load_plan(args.dir)
         step = 0
@@ -397,7 +354,8 @@ def main(argv=None) -> int:
                 step = json.load(f)["step"]
         print(f"campaign {plan.name}: step {step} of {plan.train.steps}")
         return 0
-    target = dj.load_target(args.target or smollm2_gguf_path())
+    from dominotree_jax.train.run import load_target
+    target = load_target(args.target)
     if args.action == "start":
         plan = CampaignPlan(name=args.name or os.path.basename(os.path.normpath(args.dir)),
                             train=default_recipe(args.total_steps, args.batch, args.anchors),
@@ -408,7 +366,7 @@ def main(argv=None) -> int:
         return 0
     deadline = None
     if args.until:
-        from dominotree_jax.train.collect import deadline_from
+        from dominotree_jax.train.data.collect import deadline_from
         deadline = deadline_from(None, args.until)
     continue_campaign(args.dir, target, deadline=deadline, max_steps=args.steps,
                       ckpt_minutes=args.ckpt_minutes, evaluate=not args.no_eval)

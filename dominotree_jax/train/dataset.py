@@ -15,8 +15,8 @@ from typing import Iterator
 import numpy as np
 
 from dominotree_jax.train.features import FeatureCache
-from dominotree_jax.train.loops import loop_end
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data.loops import loop_end
+from dominotree_jax.train.data.shards import ShardStore
 
 
 def heldout_bucket(prompt_ids) -> int:

@@ -1,14 +1,14 @@
 """Short recipe ablations: several fresh drafters trained side by side on the same data, seed and
 batches, each with one recipe option changed, then evaluated on the same held-out blocks.
 
-    python -m dominotree_jax.train.ablate --data data/smollm2 --shards 6 --steps 80 \
+    python -m dominotree_jax.train.eval ablate --data data/smollm2 --shards 6 --steps 80 \
         --arms random,target,target+until_fail,target+all_anchors --json OUT.json
 
 An arm is ``+``-joined recipe options: ``random`` / ``target`` (layer init), ``until_fail``,
 ``all_anchors`` (``anchor_mode="all"``, capped at 32 anchors per sequence), ``hold`` (λ = 1 for the
 first 25 % of the steps, then down to 0.2 over the next 50 %), ``soft`` (full-distribution soft
 targets at 0.5), ``soft_topk`` (KL to the stored top-k target logits at 0.5: data collected with
-``--store-topk`` or made by ``train.backfill_topk``), ``bf16`` (the training forward and its
+``--store-topk`` or made by ``train.data backfill-topk``), ``bf16`` (the training forward and its
 gradient products in bf16, ``--precision bfloat16``). The target, data, features, held-out split
 and evaluation are shared; only the options differ. Prints and writes the held-out teacher-forced
 chain τ (base and corrected) and per-depth accuracies of each arm.
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 
@@ -45,7 +44,8 @@ def arm_options(arm: str) -> dict:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.ablate", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.eval ablate",
+                                description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data/smollm2")
     p.add_argument("--features", default="runs/features")
@@ -75,22 +75,20 @@ def main(argv=None):
 
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
-    from dominotree_jax.train.run import drafter_config
-    from dominotree_jax.train.dataset import SequenceDataset, active_vocab
+    from dominotree_jax.train.dataset import active_vocab
     from dominotree_jax.train.features import FeatureCache, cache_root
-    from dominotree_jax.train.shards import ShardStore
+    from dominotree_jax.train.run import RunSettings
     from dominotree_jax.train.trainer import TrainConfig, Trainer, evaluate
 
     target = dj.load_target(smollm2_gguf_path())
-    run = {"intermediate": target.config.intermediate_size, "layers": args.layers,
-           "taps": "1,15,27", "block_size": 8, "gru": 256, "emb": 128, "mask_token_id": 16}
-    dcfg = drafter_config(run, target.config)
-    store = ShardStore(args.data, vocab_size=target.config.vocab_size)
+    run = RunSettings(data=args.data, shards=args.shards, shard_from=args.shard_from,
+                      seq_len=args.seq_len, layers=args.layers,
+                      intermediate=target.config.intermediate_size)
+    dcfg = run.drafter_config(target.config)
     feats = FeatureCache(cache_root(args.features, args.data), target.config, target.params,
                          dcfg.target_layer_ids, log=print)
     t0 = time.time()
-    ds = SequenceDataset(store, feats, args.seq_len, max_shards=args.shards,
-                         first_shard=args.shard_from)
+    ds = run.dataset(target, feats)
     train_ids, held_ids = ds.split(5)
     held_ids = held_ids[:args.eval_seqs // 2 * 2]
     vocab = (active_vocab(ds, target.config.vocab_size, first=args.train_vocab)
@@ -126,7 +124,3 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

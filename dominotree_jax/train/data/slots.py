@@ -1,12 +1,10 @@
-"""Slot-refill answer generation: the refilling pool of ``segmented.py`` with the KV cache kept.
+"""Refilling answer generation on a persistent KV cache (``collect --refill K``).
 
-``segmented.SegmentedAnswerer`` refills a batch with fresh prompts between calls of ``decode``,
-but every call starts from an empty cache: a continuing row re-prefills its prompt plus its
-answer so far, and every new prefix width compiles a program. On a CPU that costs more than the
-finished rows it saves (docs/training.md, ``--segment``).
-
-Here the batch is a fixed set of ``B`` *slots*, each a row of one persistent KV cache of ``S``
-positions (``S`` = the longest prompt allowed + the answer cap). Two jitted programs run on it:
+The plain path (``generate.generate_answers``) decodes one batch until every row stops, so a
+batch with one 512-token answer runs 512 steps while most rows sit finished. Here a pool of
+in-flight rows is kept instead: the batch is a fixed set of ``B`` *slots*, each a row of one
+persistent KV cache of ``S`` positions (``S`` = the longest prompt allowed + the answer cap),
+and finished rows make room for fresh prompts between calls. Two jitted programs run on it:
 
 - ``insert_rows``: prefill a few new prompts (one ``target.prefill`` of their rows) and
   copy their cache rows into free slots; their first answer token comes from the prefill's
@@ -23,10 +21,13 @@ for the copies, ``move_slots``) and each of ``SLOT_GROUPS`` groups reads the mul
 step per combination, no conditional). New rows go in longest first, in pieces of
 ``INSERT_ROWS`` rows (``insert_pieces``).
 
-``SlotAnswerer`` is a ``SegmentedAnswerer`` whose ``call`` inserts the pool's new rows into free
-slots, runs ``segment`` steps, and harvests rows that stopped or reached the cap (their slots
-are free for the next call). Admission, shards of completed rows, resumability, the deadline
-and ``finish`` are the parent's, so a killed run loses only its in-flight rows.
+``SlotAnswerer.call`` inserts the pool's new rows into free slots, runs ``segment`` steps, and
+harvests rows that stopped or reached the cap (their slots are free for the next call).
+Completed rows are written ``batch`` at a time as ``answers`` shards, so a killed run loses only
+its in-flight rows and its completed but unwritten ones (fewer than ``batch``); they have no
+answer, so the next run asks them again. Stopping (deadline, ``max_batches``, prompts used up):
+no fresh prompt is admitted, the in-flight rows are finished (``finish``: at most
+``ceil(max_new / segment)`` more calls), and the rest goes into a last, smaller shard.
 
 Loop stop (``loop_window = W > 0``): a row also finishes when some window of ``W`` answer tokens
 has occurred ``loop_repeats`` times (``loops.loop_end``). SmolLM2-135M falls into verbatim
@@ -36,15 +37,21 @@ rest.
 
 Same answers: greedy rows take the argmax of the same target forward, one token at a time,
 so they equal ``decode(method="ar")``'s up to float summation order (tests compare them on a
-tiny target). A row's tokens past its stop id inside a call are dropped on the host.
+tiny target). A row's tokens past its stop id inside a call are dropped on the host. Sampled
+rows draw from keys folded from the seed, the shard count at start and the call number.
+
+(A third engine, re-prefilling segments without a kept cache, ``collect --segment``, was
+removed: 39 against the plain path's 56 tok/s, Intel Xeon, batch 64, 2026-12-02, and no shard
+of ``data/smollm2`` was made with it.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
-from typing import Callable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -53,10 +60,14 @@ import numpy as np
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.target import bind_target, prefill
 from dominotree_jax.sampling import sample_tokens
-from dominotree_jax.train.generate import bucket
-from dominotree_jax.train.loops import LoopWatch
-from dominotree_jax.train.segmented import SegmentedAnswerer
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data.generate import (PROMPT_BUCKETS, answer_shard_info, answer_topk,
+                                                answered_keys, bucket, prompt_key)
+from dominotree_jax.train.data.loops import LoopWatch
+from dominotree_jax.train.data.shards import ShardStore
+
+# Widths of a stored row (prompt + answer: up to a 768-token follow-up + a 512-token answer,
+# and more): the top-k forward of a shard and its manifest's ``prompt_width``.
+ROW_BUCKETS = PROMPT_BUCKETS + (1280, 1536, 2048, 3072, 4096)
 
 # Rows of one ``insert_rows`` program (one compiled program per (rows, prompt bucket)); a call's
 # new rows are split into pieces of these sizes by ``insert_pieces``.
@@ -215,21 +226,48 @@ def slot_widths(need: list[int], groups: int, slots_len: int) -> tuple[int, ...]
     return tuple(out)
 
 
-class SlotAnswerer(SegmentedAnswerer):
-    """A ``SegmentedAnswerer`` on persistent slots (module docstring): ``max_prompt`` is the
-    longest prompt it admits (``S = bucket(max_prompt) + max_new``); ``loop_window > 0``
-    stops rows at a ``loop_repeats``-fold repeated window (``loops.loop_end``)."""
+@dataclasses.dataclass
+class _Row:
+    prompt: list[int]        # the original chat-templated prompt ids
+    source: str
+    answer: list[int]        # the answer so far
+    key: bytes               # prompt_key(prompt)
 
-    GENERATOR = "dominotree_jax.train.slots (AR on a slot-refilled KV cache)"
-    KIND = "slot refill"
+
+class SlotAnswerer:
+    """A pool of in-flight answer rows at one temperature on persistent slots, writing completed
+    rows to ``store`` as ``answers`` shards of ``batch`` rows (module docstring): each call runs
+    ``segment`` steps; ``max_prompt`` is the longest prompt it admits (``S = bucket(max_prompt)
+    + max_new``); ``loop_window > 0`` stops rows at a ``loop_repeats``-fold repeated window
+    (``loops.loop_end``)."""
+
+    GENERATOR = "dominotree_jax.train.slots (AR on a slot-refilled KV cache)"  # the manifest's
 
     def __init__(self, target, store: ShardStore, *, batch: int, max_new: int, segment: int,
                  seed: int, max_prompt: int, temperature: float = 0.0, store_topk: int = 0,
                  loop_window: int = 0, loop_repeats: int = 3, groups: int = SLOT_GROUPS,
                  extra_info: dict | None = None, log: Callable[[str], None] = print):
-        super().__init__(target, store, batch=batch, max_new=max_new, segment=segment,
-                         seed=seed, temperature=temperature, store_topk=store_topk,
-                         extra_info=extra_info, log=log)
+        if segment < 1:
+            raise ValueError(f"segment must be >= 1 tokens, got {segment}")
+        if batch < 1 or max_new < 1:
+            raise ValueError(f"batch and max_new must be >= 1, got {batch}, {max_new}")
+        if store_topk < 0:
+            raise ValueError(f"store_topk must be >= 0, got {store_topk}")
+        self.target, self.store, self.batch, self.max_new = target, store, batch, max_new
+        self.segment, self.seed, self.temperature = segment, seed, temperature
+        self.store_topk, self.extra_info, self.log = store_topk, dict(extra_info or {}), log
+        self.stop = set(int(t) for t in target.eos_ids)
+        self.pool: list[_Row] = []          # in flight, at most ``batch``
+        self.done: list[_Row] = []          # completed, not yet in a shard
+        self.busy: set[bytes] = set()       # keys of pool + done
+        self.seen: set[bytes] = set()       # keys of every row ever admitted here
+        self.admitted = 0
+        self.calls = 0
+        self.full_calls = 0                 # calls that ran ``batch`` rows
+        self.call_log: list[tuple[int, int]] = []   # per call: (rows, fresh rows among them)
+        self._key_base = seed * 1_000_003 + len(store.entries("answers"))
+        self._seconds = 0.0                 # call seconds since the last shard
+        self._calls_since = 0
         self.max_prompt = bucket(max_prompt)
         self.slots_len = self.max_prompt + max_new
         limit = target.config.max_position_embeddings
@@ -248,13 +286,31 @@ class SlotAnswerer(SegmentedAnswerer):
         self.state: SlotState | None = None
         self.slot_of: dict[bytes, int] = {}    # key of an in-flight row -> its slot
 
-    def admit(self, items, *, exclude=frozenset(), limit=None) -> int:
+    def admit(self, items: Iterable[tuple[list[int], str]], *, exclude=frozenset(),
+              limit: int | None = None) -> int:
+        """Fill the pool up to ``batch`` rows from ``items`` (prompt ids, source), skipping
+        prompts admitted here before or in ``exclude`` (keys); at most ``limit``
+        admissions over this answerer's life. Returns how many were admitted."""
         items = list(items)
         too_long = [len(ids) for ids, _ in items if len(ids) > self.max_prompt]
         if too_long:
             raise ValueError(f"a prompt of {max(too_long)} tokens exceeds the slots' prompt "
                              f"width {self.max_prompt} (max_prompt)")
-        return super().admit(items, exclude=exclude, limit=limit)
+        n = 0
+        for ids, src in items:
+            if len(self.pool) >= self.batch or (limit is not None and self.admitted >= limit):
+                break
+            k = prompt_key(ids)
+            if k in self.seen or k in exclude:
+                continue
+            if not ids:
+                raise ValueError("an empty prompt cannot be answered")
+            self.pool.append(_Row(list(ids), src, [], k))
+            self.busy.add(k)
+            self.seen.add(k)
+            self.admitted += 1
+            n += 1
+        return n
 
     def _key(self, what: int):
         return jax.random.fold_in(jax.random.key(self._key_base), self.calls * 2 + what)
@@ -358,8 +414,104 @@ class SlotAnswerer(SegmentedAnswerer):
         return (len(a) >= self.max_new or (bool(a) and a[-1] in self.stop)
                 or row.key in self.looped)
 
-    def shard_details(self, rows_in) -> dict:
-        out = {"loop_stop": [self.loop_window, self.loop_repeats] if self.loop_window else None,
-               "loop_stopped_rows": sum(r.key in self.looped for r in rows_in)}
+    def write_shard(self) -> dict | None:
+        """Write up to ``batch`` completed rows as one shard (None when there are none)."""
+        if not self.done:
+            return None
+        rows_in, self.done = self.done[:self.batch], self.done[self.batch:]
+        rows = [(r.prompt + r.answer, len(r.prompt), r.source) for r in rows_in]
+        longest = max(len(t) for t, _, _ in rows)
+        info = answer_shard_info(
+            self.target, generator=self.GENERATOR,
+            temperature=self.temperature, max_new=self.max_new, batch=self.batch,
+            prompt_width=bucket(max(p for _, p, _ in rows), ROW_BUCKETS), seed=self.seed,
+            seconds=self._seconds,
+            capped_rows=sum(len(r.answer) >= self.max_new for r in rows_in),
+            extra_info=self.extra_info, segment=self.segment, decode_calls=self._calls_since,
+            loop_stop=[self.loop_window, self.loop_repeats] if self.loop_window else None,
+            loop_stopped_rows=sum(r.key in self.looped for r in rows_in))
         self.looped.difference_update(r.key for r in rows_in)
+        topk = (answer_topk(self.target, rows, self.store_topk, bucket(longest, ROW_BUCKETS))
+                if self.store_topk else None)
+        e = self.store.append("answers", rows, info, topk=topk)
+        for r in rows_in:
+            self.busy.discard(r.key)
+        dt, self._seconds, self._calls_since = self._seconds, 0.0, 0
+        # rows completed by calls already timed in an earlier shard (``finish``) take no time
+        rate = (f"in {dt:.0f}s ({e['answer_tokens'] / dt:.0f} tok/s)" if dt > 0
+                else "(their calls timed in the shard before)")
+        self.log(f"{e['file']}: {e['rows']} prompts (slot refill, {info['decode_calls']} calls "
+                 f"of <= {self.segment} tokens), {e['answer_tokens']} answer tokens {rate}")
+        return e
+
+    def fill_shard(self, items: list[tuple[list[int], str]], *, deadline: float | None = None,
+                   exclude=frozenset(), limit: int | None = None) -> dict | None:
+        """Run calls (refilling from ``items`` before each) until ``batch`` rows are complete,
+        then write them as one shard and return its entry. Returns None, writing nothing, when
+        the deadline passed or no row is left to run (``finish`` then drains the pool)."""
+        while len(self.done) < self.batch:
+            if deadline is not None and time.time() > deadline:
+                return None
+            self.admit(items, exclude=exclude, limit=limit)
+            if not self.pool:
+                return None
+            self.call()
+        return self.write_shard()
+
+    def finish(self) -> list[dict]:
+        """Finish the in-flight rows without admitting new ones (at most
+        ``ceil(max_new / segment)`` calls) and write every completed row; the entries written."""
+        if self.pool:
+            self.log(f"finishing {len(self.pool)} in-flight rows (no new prompts)")
+        for _ in range(math.ceil(self.max_new / self.segment)):
+            if not self.pool:
+                break
+            self.call()
+        assert not self.pool, "a row outlived the answer cap"
+        out = []
+        while self.done:
+            out.append(self.write_shard())
         return out
+
+
+def generate_answers_slots(target, store: ShardStore, items: Iterable[tuple[list[int], str]], *,
+                           batch: int, max_new: int, segment: int, seed: int, max_prompt: int,
+                           deadline: float | None = None, max_batches: int | None = None,
+                           temperature: float = 0.0, store_topk: int = 0,
+                           loop_window: int = 0, loop_repeats: int = 3,
+                           extra_info: dict | None = None,
+                           log: Callable[[str], None] = print) -> dict:
+    """``generate.generate_answers`` on a ``SlotAnswerer`` pool: every not-yet-answered prompt
+    of ``items``, ``batch`` completed rows a shard. ``max_batches`` admits at most
+    ``max_batches * batch`` prompts, so exactly that many shards are written when enough
+    prompts remain. Returns the counts of this call, plus ``calls``, ``full_calls`` (calls
+    that ran ``batch`` rows) and ``call_log``."""
+    done = answered_keys(store)
+    todo, seen = [], set()
+    for ids, src in items:
+        k = prompt_key(ids)
+        if k not in done and k not in seen:
+            seen.add(k)
+            todo.append((list(ids), src))
+    gen = SlotAnswerer(target, store, batch=batch, max_new=max_new, segment=segment, seed=seed,
+                       max_prompt=max_prompt, temperature=temperature, store_topk=store_topk,
+                       loop_window=loop_window, loop_repeats=loop_repeats,
+                       extra_info=extra_info, log=log)
+    limit = None if max_batches is None else max_batches * batch
+    stats = {"batches": 0, "rows": 0, "answer_tokens": 0, "seconds": 0.0, "pending": len(todo)}
+    entries = []
+    while True:
+        e = gen.fill_shard(todo, deadline=deadline, limit=limit)
+        if e is None:
+            break
+        entries.append(e)
+    if deadline is not None and time.time() > deadline:
+        log("deadline reached: no new prompt admitted")
+    entries += gen.finish()
+    for e in entries:
+        stats["batches"] += 1
+        stats["rows"] += e["rows"]
+        stats["answer_tokens"] += e["answer_tokens"]
+        stats["seconds"] += e["gen_seconds"]
+    stats.update(calls=gen.calls, full_calls=gen.full_calls, call_log=gen.call_log)
+    return stats

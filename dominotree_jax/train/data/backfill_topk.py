@@ -1,6 +1,6 @@
 """Stored top-k target logits for answer shards that were collected without them.
 
-    python -m dominotree_jax.train.backfill_topk --data data/smollm2 --out runs/topk_data \
+    python -m dominotree_jax.train.data backfill-topk --data data/smollm2 --out runs/topk_data \
         --shards 4 --k 32
 
 Writes a new data directory (the source one is left as it is) holding the source's first N
@@ -16,13 +16,12 @@ Resumable: shards already in ``--out`` are kept.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 import numpy as np
 
-from dominotree_jax.train.generate import PROMPT_BUCKETS, answer_topk, bucket
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data.generate import PROMPT_BUCKETS, answer_topk, bucket
+from dominotree_jax.train.data.shards import ShardStore
 
 # widths of one top-k forward (prompt + answer: up to 1,024 + 512 tokens)
 WIDTHS = PROMPT_BUCKETS + (1536, 2048)
@@ -64,7 +63,7 @@ def backfill(target, src: ShardStore, out: ShardStore, *, shards: int, k: int,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.backfill_topk",
+    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.data backfill-topk",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data/smollm2", help="source data directory (read only)")
@@ -82,7 +81,3 @@ def main(argv=None) -> int:
     n = backfill(target, src, out, shards=args.shards, k=args.k)
     print(f"{n} shard(s) written to {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

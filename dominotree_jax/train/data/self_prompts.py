@@ -18,9 +18,9 @@ import time
 import jax
 import numpy as np
 
-from dominotree_jax.train.generate import bucket, run_decode
-from dominotree_jax.train.overlap import BenchmarkFilter, words
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data.generate import bucket, run_decode
+from dominotree_jax.train.data.overlap import BenchmarkFilter, words
+from dominotree_jax.train.data.shards import ShardStore
 
 SOURCE = "self:request"
 _SENTINEL = "\x00REQUEST\x00"
@@ -118,6 +118,6 @@ def store_salt(store: ShardStore) -> int:
 
 def pending_requests(store: ShardStore, answered: set[bytes]) -> list[tuple[list[int], str]]:
     """Stored requests that have no answer yet, in storage order."""
-    from dominotree_jax.train.generate import prompt_key
+    from dominotree_jax.train.data.generate import prompt_key
     return [(t.tolist(), s) for t, _, s in store.rows("requests")
             if prompt_key(t) not in answered]

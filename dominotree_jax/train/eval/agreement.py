@@ -8,7 +8,7 @@ This tool measures it: every greedy answer shard's rows go through the target in
 (one causal forward over prompt + answer), and each answer token is compared with the argmax at
 the position before it.
 
-    python -m dominotree_jax.train.agreement --data data/smollm2 --shard-from 362 --shards 368
+    python -m dominotree_jax.train.eval agreement --data data/smollm2 --shard-from 362 --shards 368
 
 Prints one line per shard (its generation dtype, answer tokens, the share equal to the argmax,
 rows equal throughout) and the totals per generation dtype. Sampled shards (temperature > 0)
@@ -58,7 +58,7 @@ def answer_agreement(tcfg: TargetConfig, tparams, rows, batch: int = 8) -> dict:
 
 def main(argv=None):
     from dominotree_jax.precision import add_precision_argument
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.agreement",
+    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.eval agreement",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data/smollm2")
@@ -72,7 +72,7 @@ def main(argv=None):
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
     from dominotree_jax.measure.timing import cpu_model
-    from dominotree_jax.train.shards import ShardStore
+    from dominotree_jax.train.data.shards import ShardStore
 
     target = dj.load_target(args.target or smollm2_gguf_path(), precision=args.precision)
     store = ShardStore(args.data, vocab_size=target.config.vocab_size)
@@ -105,7 +105,3 @@ def main(argv=None):
               f"{t['agree'] / t['tokens']:.4%} the {args.precision} argmax; rows equal throughout "
               f"{t['rows_same']}/{t['rows']} ({t['rows_same'] / t['rows']:.1%})")
     return totals
-
-
-if __name__ == "__main__":
-    main()

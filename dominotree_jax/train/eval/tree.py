@@ -1,6 +1,6 @@
 """Teacher-forced acceptance of draft *trees* versus chains on held-out greedy answers.
 
-    python -m dominotree_jax.train.tree_acceptance --drafter shipped --data data/smollm2 \
+    python -m dominotree_jax.train.eval tree --drafter shipped --data data/smollm2 \
         --shards 6 --seqs 16 --anchors 16 --json OUT.json
 
 At T = 0 the target's continuation of a stored greedy answer is the answer itself, so the
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 DEFAULT_CONFIGS = ("domino", "dflash", "ddtree:8:8", "condstatic:8:8", "dominotree:8:8",
                    "dominotree:8:4", "dominotree:8:2", "dominotree:8:1", "ddtree:16:8",
@@ -137,7 +136,7 @@ def measure(dcfg, dparams, tcfg, tparams, ds, seq_ids, configs, *, anchors: int,
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.tree_acceptance",
+    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.eval tree",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--drafter", default="shipped")
@@ -154,20 +153,14 @@ def main(argv=None):
 
     import dominotree_jax as dj
     from convert.drafter import load_drafter
-    from dominotree_jax.assets import smollm2_drafter_path, smollm2_gguf_path
-    from dominotree_jax.train.dataset import SequenceDataset
-    from dominotree_jax.train.features import FeatureCache, cache_root
-    from dominotree_jax.train.shards import ShardStore
+    from dominotree_jax.assets import smollm2_gguf_path
+    from dominotree_jax.train.eval.acceptance import heldout_set
+    from dominotree_jax.train.run import drafter_path
 
     target = dj.load_target(smollm2_gguf_path())
-    path = smollm2_drafter_path() if args.drafter == "shipped" else args.drafter
-    dcfg, dparams = load_drafter(path, target_cfg=target.config)
-    store = ShardStore(args.data, vocab_size=target.config.vocab_size)
-    feats = FeatureCache(cache_root(args.features, args.data), target.config, target.params,
-                         dcfg.target_layer_ids, log=print)
-    ds = SequenceDataset(store, feats, 320, max_shards=args.shards)
-    _, held = ds.split(5)
-    held = held[:args.seqs // 2 * 2]
+    dcfg, dparams = load_drafter(drafter_path(args.drafter), target_cfg=target.config)
+    ds, held = heldout_set(target, args.data, dcfg.target_layer_ids, features=args.features,
+                           seqs=args.seqs, shards=args.shards, log=print)
     configs = tuple(args.configs.split(","))
     for c in configs:
         parse_config(c)
@@ -181,7 +174,3 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": res}, f, indent=1)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

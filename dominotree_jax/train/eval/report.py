@@ -1,11 +1,11 @@
 """Plot learning curves.
 
-``python -m dominotree_jax.train.report RUN_DIR PNG``: one run's training curves.
-``python -m dominotree_jax.train.report --heldout PNG RUN_DIR [RUN_DIR ...]``: the held-out
+``python -m dominotree_jax.train.eval report RUN_DIR PNG``: one run's training curves.
+``python -m dominotree_jax.train.eval report --heldout PNG RUN_DIR [RUN_DIR ...]``: the held-out
 curves (``heldout_curve.jsonl``: chain τ and cross-entropy against training labels seen) of
 several runs in one figure, labelled by run directory name. ``RUN_DIR@N`` shifts a run's curve by
 ``N`` labels: a warm-started run continues the curve of the run it started from.
-``python -m dominotree_jax.train.report --depths PNG RUN_DIR``: one run's held-out accuracy per
+``python -m dominotree_jax.train.eval report --depths PNG RUN_DIR``: one run's held-out accuracy per
 draft depth, base head (the DFlash distribution) and corrected head side by side, against
 training labels seen: how a curriculum moves the two heads.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import sys
 
 import numpy as np
 
@@ -146,10 +145,26 @@ def plot_heldout(run_dirs: list[str], png: str) -> None:
     fig.savefig(png, dpi=110)
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "--heldout":
-        plot_heldout(sys.argv[3:], sys.argv[2])
-    elif sys.argv[1] == "--depths":
-        plot_depths(sys.argv[3], sys.argv[2])
+def main(argv=None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.eval report",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--heldout", metavar="PNG", help="held-out curves of the runs given")
+    g.add_argument("--depths", metavar="PNG", help="per-depth accuracies of one run")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="RUN_DIR PNG (training curves); RUN_DIR[@LABELS] ... with --heldout; "
+                        "RUN_DIR with --depths")
+    args = p.parse_args(argv)
+    if args.heldout:
+        plot_heldout(args.paths, args.heldout)
+    elif args.depths:
+        if len(args.paths) != 1:
+            p.error("--depths PNG takes one RUN_DIR")
+        plot_depths(args.paths[0], args.depths)
     else:
-        plot(sys.argv[1], sys.argv[2])
+        if len(args.paths) != 2:
+            p.error("give RUN_DIR PNG (or --heldout / --depths PNG RUN_DIR ...)")
+        plot(*args.paths)
+    return 0

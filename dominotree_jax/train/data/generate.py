@@ -20,7 +20,7 @@ import numpy as np
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.decode import decode
 from dominotree_jax.precision import params_precision
-from dominotree_jax.train.shards import ShardStore
+from dominotree_jax.train.data.shards import ShardStore
 
 PROMPT_BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
 
@@ -112,7 +112,7 @@ def answer_shard_info(target, *, generator: str, temperature: float, max_new: in
                       prompt_width: int, seed: int, seconds: float, capped_rows: int,
                       extra_info: dict | None = None, **details) -> dict:
     """The manifest entry's description of one answer shard: how it was generated (shared by
-    the plain and the segmented path; ``details`` are a path's own fields)."""
+    the plain and the slot-refill path; ``details`` are a path's own fields)."""
     return {"generator": generator, "temperature": temperature, "max_new_tokens": max_new,
             "batch": batch, "prompt_width": prompt_width, "seed": seed,
             "gen_seconds": round(seconds, 2), "capped_rows": capped_rows, **details,
@@ -123,14 +123,13 @@ def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int],
                      batch: int, max_new: int, seed: int, deadline: float | None = None,
                      max_batches: int | None = None, temperature: float = 0.0,
                      store_topk: int = 0, extra_info: dict | None = None,
-                     segment: int = 0, log: Callable[[str], None] = print) -> dict:
+                     log: Callable[[str], None] = print) -> dict:
     """Answer every not-yet-answered prompt of ``items`` (``(chat-templated ids, source)``),
     appending one ``answers`` shard per batch; stops starting batches after ``deadline``
     (epoch seconds) or ``max_batches``. ``temperature > 0`` samples (key from the seed and the
     shard number). ``store_topk = K > 0`` also stores the target's top-K logits of every answer
-    position (``answer_topk``; one extra teacher-forced forward per batch). ``segment = K > 0``
-    refills instead: every decode call runs at most K tokens for a full batch of in-flight
-    rows (``segmented.py``; the shards hold the same rows). Returns counts of this call."""
+    position (``answer_topk``; one extra teacher-forced forward per batch). The refilling
+    engine is ``slots.generate_answers_slots`` (same rows). Returns counts of this call."""
     if store_topk < 0:
         raise ValueError(f"store_topk must be >= 0, got {store_topk}")
     done = answered_keys(store)
@@ -140,12 +139,6 @@ def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int],
         if k not in done and k not in seen:
             seen.add(k)
             todo.append((list(ids), src))
-    if segment:
-        from dominotree_jax.train.segmented import generate_answers_segmented
-        return generate_answers_segmented(
-            target, store, todo, batch=batch, max_new=max_new, segment=segment, seed=seed,
-            deadline=deadline, max_batches=max_batches, temperature=temperature,
-            store_topk=store_topk, extra_info=extra_info, log=log)
     stats = {"batches": 0, "rows": 0, "answer_tokens": 0, "seconds": 0.0, "pending": len(todo)}
     for width, idx in plan_batches(todo, batch):
         if max_batches is not None and stats["batches"] >= max_batches:

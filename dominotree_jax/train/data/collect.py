@@ -1,6 +1,6 @@
 """Grow a drafter data directory: prompts in, the target's answers out, run after run.
 
-    python -m dominotree_jax.train.collect --data data/smollm2 --seed 1 --minutes 60
+    python -m dominotree_jax.train.data --data data/smollm2 --seed 1 --minutes 60
 
 Each run builds the template/corpus prompt pool for its ``--seed`` (``prompts.build_prompts``),
 drops prompts that overlap a benchmark (``overlap.BenchmarkFilter``) or are already answered
@@ -19,20 +19,17 @@ follow-up question on one of the target's own earlier answers to this seed's pro
 ``--sample-share`` (that share of the answer batches sampled at ``--sample-temperature``
 instead of greedy) and ``--store-topk K`` (the target's top-K logits of every answer token, for
 soft targets). The manifest records each shard's temperature, top-k and prompt mix.
-``--segment K`` (``segmented.py``): refilling generation, each decode call runs at most K tokens
-for a full batch of in-flight rows, so no call idles on finished rows; ``--max-batches`` then
-counts full shards, and on stopping the rows in flight are finished into one more shard per
-temperature. ``--refill K`` (``slots.py``): the same pool on a persistent KV cache, so a
-continuing row is not prefilled again (one ``--segment`` or ``--refill``, not both).
+``--refill K`` (``slots.py``): refilling generation on a persistent KV cache, each call runs K
+steps for a full batch of in-flight rows, so no call idles on finished rows and a continuing
+row is not prefilled again; ``--max-batches`` then counts full shards, and on stopping the rows
+in flight are finished into one more shard per temperature.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import functools
 import random
-import sys
 import time
 from collections.abc import Sequence
 
@@ -44,7 +41,8 @@ DEFAULT_MAX_NEW = {"v3": 160, "v4": 512}
 
 def parse_args(argv=None):
     from dominotree_jax.precision import add_precision_argument
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.collect", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.data [collect]",
+                                description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data/smollm2", help="data directory (manifest + shards)")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2 GGUF)")
@@ -68,12 +66,10 @@ def parse_args(argv=None):
     p.add_argument("--minutes", type=float, default=None, help="stop starting batches after")
     p.add_argument("--until", default=None, help="UTC HH:MM: stop starting batches after")
     p.add_argument("--max-batches", type=int, default=None, help="answer batches at most")
-    p.add_argument("--segment", type=int, default=0,
-                   help="refilling generation: each decode call runs at most this many tokens "
-                        "for a full batch of in-flight rows (0: one batch until every row stops)")
     p.add_argument("--refill", type=int, default=0,
-                   help="slot refill: as --segment, on a KV cache kept across calls, so only "
-                        "new prompts are prefilled (train/slots.py; 0: off)")
+                   help="refilling generation on a KV cache kept across calls: each call runs "
+                        "this many steps for a full batch of in-flight rows, only new prompts "
+                        "are prefilled (train/data/slots.py; 0: one batch until every row stops)")
     p.add_argument("--loop-stop", type=int, default=0, metavar="W",
                    help="with --refill: a row also stops once some W-token window of its answer "
                         "has occurred 3 times (a repetition loop; 0: off)")
@@ -112,8 +108,8 @@ def log(msg: str) -> None:
 
 def pool_items(tokenizer, seed: int, num: int, bench, known: set[str], mix: str = "v3"):
     """Chat-templated ids of the seed's template/corpus prompts that pass the filters."""
-    from dominotree_jax.train.prompts import build_prompts, build_prompts_v4
-    from dominotree_jax.train.self_prompts import normalize
+    from dominotree_jax.train.data.prompts import build_prompts, build_prompts_v4
+    from dominotree_jax.train.data.self_prompts import normalize
     out, dropped = [], {"benchmark_overlap": 0, "too_long": 0}
     build = build_prompts_v4 if mix == "v4" else build_prompts
     for p in build(num, seed):
@@ -135,8 +131,8 @@ def followup_items(tokenizer, store, texts: list[str], bench, seed: int, eos_ids
     already has an answer in ``store``, the conversation [that prompt, the target's answer, a
     follow-up question] (``prompts.FOLLOW_UPS``), chat-templated with the generation prompt.
     Conversations that overlap a benchmark or exceed ``MAX_FOLLOWUP_TOKENS`` are skipped."""
-    from dominotree_jax.train.generate import prompt_key
-    from dominotree_jax.train.prompts import FOLLOW_UPS
+    from dominotree_jax.train.data.generate import prompt_key
+    from dominotree_jax.train.data.prompts import FOLLOW_UPS
     rng = random.Random(seed * 7919 + 1)
     answers = {prompt_key(t[:p]): (t[p:], src) for t, p, src in store.rows("answers")}
     out = []
@@ -171,18 +167,17 @@ def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, b
             max_new: int, deadline: float | None, max_batches: int | None, request_every: int,
             request_share: float, request_temperature: float = 1.0, prompt_mix: str = "v3",
             followup_share: float = 0.0, sample_share: float = 0.0,
-            sample_temperature: float = 0.7, store_topk: int = 0, segment: int = 0,
-            refill: int = 0, loop_stop: int = 0) -> dict:
-    from dominotree_jax.train.generate import answered_keys, generate_answers, prompt_key
-    from dominotree_jax.train.overlap import BenchmarkFilter
-    from dominotree_jax.train.self_prompts import generate_requests, normalize, pending_requests
-    from dominotree_jax.train.shards import ShardStore
+            sample_temperature: float = 0.7, store_topk: int = 0, refill: int = 0,
+            loop_stop: int = 0) -> dict:
+    from dominotree_jax.train.data.generate import answered_keys, generate_answers, prompt_key
+    from dominotree_jax.train.data.overlap import BenchmarkFilter
+    from dominotree_jax.train.data.self_prompts import (generate_requests, normalize,
+                                                        pending_requests)
+    from dominotree_jax.train.data.shards import ShardStore
     seeds = [seed] if isinstance(seed, int) else list(seed)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"give one or more distinct prompt pool seeds, got {seeds}")
     seed = seeds[0]
-    if segment and refill:
-        raise ValueError(f"one of --segment or --refill, not both (got {segment}, {refill})")
     if loop_stop and not refill:
         raise ValueError("--loop-stop needs --refill (rows are checked between its calls)")
     store = ShardStore(data, vocab_size=target.config.vocab_size,
@@ -216,7 +211,7 @@ def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, b
             f"benchmark sets checked {bench.sets}")
         total = {"answer_batches": 0, "answer_tokens": 0, "rows": 0, "request_batches": 0,
                  "requests_kept": 0}
-        answerers: dict = {}   # segment > 0: temperature -> SegmentedAnswerer (rows in flight)
+        answerers: dict = {}   # refill > 0: temperature -> SlotAnswerer (rows in flight)
         while (max_batches is None or total["answer_batches"] < max_batches) and (
                 deadline is None or time.time() < deadline):
             if request_every and total["answer_batches"] % request_every == 0:
@@ -237,13 +232,12 @@ def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, b
             items = req + fol + pool
             temp = sample_temperature if sampled_batch(total["answer_batches"],
                                                        sample_share) else 0.0
-            if segment or refill:
-                s = _segmented_shard(answerers, target, store, items, batch=batch,
-                                     max_new=max_new, segment=segment or refill, seed=seed,
-                                     temperature=temp, store_topk=store_topk,
-                                     deadline=deadline, prompt_mix=prompt_mix,
-                                     slots=bool(refill), loop_stop=loop_stop,
-                                     followups=followup_share > 0)
+            if refill:
+                s = _slot_shard(answerers, target, store, items, batch=batch, max_new=max_new,
+                                refill=refill, seed=seed, temperature=temp,
+                                store_topk=store_topk, deadline=deadline,
+                                prompt_mix=prompt_mix, loop_stop=loop_stop,
+                                followups=followup_share > 0)
             else:
                 s = generate_answers(target, store, items, batch=batch, max_new=max_new,
                                      seed=seed, deadline=deadline, max_batches=1, log=log,
@@ -265,25 +259,22 @@ def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, b
         lock.close()
 
 
-def _segmented_shard(answerers: dict, target, store, items, *, batch: int, max_new: int,
-                     segment: int, seed: int, temperature: float, store_topk: int,
-                     deadline: float | None, prompt_mix: str, slots: bool = False,
-                     loop_stop: int = 0, followups: bool = False) -> dict:
-    """One answer shard from the refilling pool of ``temperature`` (created on first use; its
-    rows stay in flight between shards). Prompts in flight in another pool are skipped.
-    ``slots``: the pool keeps its KV cache (``slots.SlotAnswerer``; its rows hold prompts up to
-    ``MAX_FOLLOWUP_TOKENS`` with ``followups``, else ``MAX_PROMPT_TOKENS``, so the attention
-    of every step reads fewer slots) and stops repetition loops with ``loop_stop``."""
-    from dominotree_jax.train.segmented import SegmentedAnswerer
-    from dominotree_jax.train.slots import SlotAnswerer
+def _slot_shard(answerers: dict, target, store, items, *, batch: int, max_new: int,
+                refill: int, seed: int, temperature: float, store_topk: int,
+                deadline: float | None, prompt_mix: str, loop_stop: int = 0,
+                followups: bool = False) -> dict:
+    """One answer shard from the refilling pool of ``temperature`` (``slots.SlotAnswerer``,
+    created on first use; its rows stay in flight between shards). Prompts in flight in another
+    pool are skipped. Its rows hold prompts up to ``MAX_FOLLOWUP_TOKENS`` with ``followups``,
+    else ``MAX_PROMPT_TOKENS`` (so the attention of every step reads fewer slots); it stops
+    repetition loops with ``loop_stop``."""
+    from dominotree_jax.train.data.slots import SlotAnswerer
     if temperature not in answerers:
         longest = MAX_FOLLOWUP_TOKENS if followups else MAX_PROMPT_TOKENS
-        kind = (functools.partial(SlotAnswerer, max_prompt=longest, loop_window=loop_stop)
-                if slots else SegmentedAnswerer)
-        answerers[temperature] = kind(
-            target, store, batch=batch, max_new=max_new, segment=segment, seed=seed,
-            temperature=temperature, store_topk=store_topk,
-            extra_info={"prompt_mix": prompt_mix}, log=log)
+        answerers[temperature] = SlotAnswerer(
+            target, store, batch=batch, max_new=max_new, segment=refill, seed=seed,
+            max_prompt=longest, loop_window=loop_stop, temperature=temperature,
+            store_topk=store_topk, extra_info={"prompt_mix": prompt_mix}, log=log)
     others = set().union(*(g.busy for t, g in answerers.items() if t != temperature))
     e = answerers[temperature].fill_shard(items, deadline=deadline, exclude=others)
     if e is None:
@@ -303,10 +294,5 @@ def main(argv=None):
             request_share=args.request_share, request_temperature=args.request_temperature,
             prompt_mix=args.prompt_mix, followup_share=args.followup_share,
             sample_share=args.sample_share, sample_temperature=args.sample_temperature,
-            store_topk=args.store_topk, segment=args.segment, refill=args.refill,
-            loop_stop=args.loop_stop)
+            store_topk=args.store_topk, refill=args.refill, loop_stop=args.loop_stop)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
