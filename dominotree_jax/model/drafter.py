@@ -326,12 +326,13 @@ def restrict_to_draft_vocab(cfg: DrafterConfig, params, d2t):
     ids = check_draft_vocab(d2t, cfg.vocab_size)
     new_cfg = dataclasses.replace(cfg, draft_vocab_size=len(ids))
     _, abstract = drafter_graphdef(new_cfg, params_precision(params, "drafter parameters"))
-    from dominotree_jax.model.state import state_from_flat, state_to_flat
-    flat = state_to_flat(params)
+    pure = nnx.to_pure_dict(params)
     if cfg.is_domino:
-        flat["embed_proj.2.weight"] = flat["embed_proj.2.weight"][ids]
-    flat["d2t"] = ids
-    return new_cfg, state_from_flat(abstract, {k: jnp.asarray(v) for k, v in flat.items()})
+        pure["embed_proj"][2]["weight"] = jnp.asarray(pure["embed_proj"][2]["weight"])[ids]
+    pure["d2t"] = jnp.asarray(ids)
+    state = jax.tree.map(lambda x: x, abstract)
+    nnx.replace_by_pure_dict(state, pure)
+    return new_cfg, state
 
 
 def with_draft_vocab(cfg: DrafterConfig, params, d2t):

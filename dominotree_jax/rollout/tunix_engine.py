@@ -57,12 +57,11 @@ import numpy as np
 
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.precision import Precision
-from dominotree_jax.rollout import engine_metrics
 from dominotree_jax.rollout.auto_probe import AutoProbe
 from dominotree_jax.rollout.drafter_refresh import DrafterRefresher
 from dominotree_jax.rollout.engine_batches import (prompt_batch, prompt_pads_for, rollout_output,
                                                    row_stop_array, stop_ids)
-from dominotree_jax.rollout.engine_metrics import LastRollout
+from dominotree_jax.rollout.engine_metrics import LastRollout, tunix_metrics
 from dominotree_jax.rollout.engine_params import (merged_target_params, placed_like, target_of,
                                                   without_explicit_axes)
 from dominotree_jax.rollout.engine_programs import (RolloutPrograms, decode_config_for,
@@ -290,7 +289,7 @@ class DominoTreeRollout(BaseRollout):
         (``engine_metrics.tunix_metrics``): pass ``metric_fns=[engine.tunix_metrics]`` to a
         tunix learner (called once per rollout micro-batch) and they reach tunix's metrics
         logger each global step."""
-        return engine_metrics.tunix_metrics(self.last, self.refresh_log)
+        return tunix_metrics(self.last, self.refresh_log)
 
     def decode_config(self, rc: RolloutConfig) -> DecodeConfig:
         """The ``DecodeConfig`` a ``RolloutConfig`` maps to (one compiled program each)."""
