@@ -26,23 +26,32 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VPY) -m dominotree_jax $(ARGS)
 
-# One pytest process per test file: compiled programs and loaded models do not pile up in one
-# process over the whole suite (a single ~420-test process once aborted inside an XLA compile).
-# Two files run at a time (an XLA compile uses one core; the machine has two), the longest first
-# (LONG_TESTS, by their last measured time: AMD EPYC, cold compilation cache); every process
-# shares one persistent XLA compilation cache (tests/conftest.py: .pytest_cache/jax, which
-# `make clean` removes);
-# --output-sync prints each file's report whole.
-LONG_TESTS := tests/test_precision.py tests/test_auto_budget.py tests/test_spec_decode.py tests/test_train_recipe.py \
-	tests/test_quickstart.py tests/test_rl_multidevice.py tests/test_gpu_suite.py tests/test_tunix_logprobs.py \
-	tests/test_rl_example.py tests/test_tunix_engine.py tests/test_smollm2.py tests/test_train.py \
-	tests/test_attention.py tests/test_carried_shapes.py
-TEST_FILES := $(LONG_TESTS) $(filter-out $(LONG_TESTS),$(sort $(wildcard tests/test_*.py)))
+# The long test files each in a pytest process of their own, longest first (LONG_TESTS, by
+# their last measured time: AMD EPYC Zen 5, cold compilation cache, 2026-12-05); the other
+# files (each under ~35 s) in four processes of a dozen files each, started first (they are
+# the longest jobs), so that ~45 interpreter and jax start-ups are not paid per file. Compiled
+# programs and loaded models do not pile up in one process over the whole suite (a single
+# ~420-test process once aborted inside an XLA compile). Two jobs at a time (an XLA compile
+# uses one core; the machine has two); every process shares one persistent XLA compilation
+# cache (tests/conftest.py: .pytest_cache/jax, which `make clean` removes); --output-sync
+# prints each job's report whole.
+LONG_TESTS := tests/test_precision.py tests/test_auto_budget.py tests/test_train_recipe.py \
+	tests/test_spec_decode.py tests/test_quickstart.py tests/test_rl_multidevice.py \
+	tests/test_gpu_suite.py tests/test_rl_example.py tests/test_tunix_engine.py tests/test_train.py \
+	tests/test_tunix_logprobs.py tests/test_train_mesh.py tests/test_smollm2.py \
+	tests/test_attention.py tests/test_draft_vocab.py tests/test_lookup.py
+SHORT_TESTS := $(filter-out $(LONG_TESTS),$(sort $(wildcard tests/test_*.py)))
+short_group = $(foreach i,$(shell seq $(1) 4 $(words $(SHORT_TESTS))),$(word $(i),$(SHORT_TESTS)))
 TEST_JOBS ?= 2
 
 test: $(STAMP)
 	$(VPY) -m ruff check .
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_FILES:%=pytest/%)
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target \
+		pytest-short/1 pytest-short/2 pytest-short/3 pytest-short/4 $(LONG_TESTS:%=pytest/%)
+
+pytest-short/%: $(STAMP)
+	@echo "== short files, group $*: $(call short_group,$*)"; \
+		$(VPY) -m pytest $(call short_group,$*) -rs --durations=5
 
 # -rs: every skip prints its reason
 pytest/%: $(STAMP)
