@@ -119,6 +119,19 @@ def answer_shard_info(target, *, generator: str, temperature: float, max_new: in
             "dtype": params_precision(target.params, "target parameters"), **(extra_info or {})}
 
 
+def pending_prompts(store, items) -> list[tuple[list[int], str]]:
+    """``(ids, source)`` of every prompt in ``items`` the store has no answer to yet, each
+    once, in order."""
+    done = answered_keys(store)
+    todo, seen = [], set()
+    for ids, src in items:
+        k = prompt_key(ids)
+        if k not in done and k not in seen:
+            seen.add(k)
+            todo.append((list(ids), src))
+    return todo
+
+
 def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int], str]], *,
                      batch: int, max_new: int, seed: int, deadline: float | None = None,
                      max_batches: int | None = None, temperature: float = 0.0,
@@ -132,13 +145,7 @@ def generate_answers(target, store: ShardStore, items: Iterable[tuple[list[int],
     engine is ``slots.generate_answers_slots`` (same rows). Returns counts of this call."""
     if store_topk < 0:
         raise ValueError(f"store_topk must be >= 0, got {store_topk}")
-    done = answered_keys(store)
-    todo, seen = [], set()
-    for ids, src in items:
-        k = prompt_key(ids)
-        if k not in done and k not in seen:
-            seen.add(k)
-            todo.append((list(ids), src))
+    todo = pending_prompts(store, items)
     stats = {"batches": 0, "rows": 0, "answer_tokens": 0, "seconds": 0.0, "pending": len(todo)}
     for width, idx in plan_batches(todo, batch):
         if max_batches is not None and stats["batches"] >= max_batches:

@@ -61,7 +61,7 @@ from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.target import bind_target, prefill
 from dominotree_jax.sampling import sample_tokens
 from dominotree_jax.train.data.generate import (PROMPT_BUCKETS, answer_shard_info, answer_topk,
-                                                answered_keys, bucket, prompt_key)
+                                                bucket, pending_prompts, prompt_key)
 from dominotree_jax.train.data.loops import LoopWatch
 from dominotree_jax.train.data.shards import ShardStore
 
@@ -486,13 +486,7 @@ def generate_answers_slots(target, store: ShardStore, items: Iterable[tuple[list
     ``max_batches * batch`` prompts, so exactly that many shards are written when enough
     prompts remain. Returns the counts of this call, plus ``calls``, ``full_calls`` (calls
     that ran ``batch`` rows) and ``call_log``."""
-    done = answered_keys(store)
-    todo, seen = [], set()
-    for ids, src in items:
-        k = prompt_key(ids)
-        if k not in done and k not in seen:
-            seen.add(k)
-            todo.append((list(ids), src))
+    todo = pending_prompts(store, items)
     gen = SlotAnswerer(target, store, batch=batch, max_new=max_new, segment=segment, seed=seed,
                        max_prompt=max_prompt, temperature=temperature, store_topk=store_topk,
                        loop_window=loop_window, loop_repeats=loop_repeats,
