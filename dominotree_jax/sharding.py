@@ -113,15 +113,18 @@ def logical_axes(variable, where: str = "a parameter") -> tuple[str, ...]:
     return tuple(axes)
 
 
+def _declared_spec(path, v, model_size: int, rules: ShardingRules) -> P:
+    """The ``PartitionSpec`` of the variable ``v`` at ``path`` from the axes it declares."""
+    return rules.spec(logical_axes(v, jax.tree_util.keystr(path)), np.shape(v.get_value()),
+                      model_size)
+
+
 def param_specs(params, model_size: int, rules: ShardingRules = ShardingRules()):
     """A tree like ``params`` (a model's ``nnx.State``, or a dict of them) with each
     parameter's ``PartitionSpec`` under ``rules`` in place of its value."""
-    def one(path, v):
-        if v is None:
-            return None
-        where = jax.tree_util.keystr(path)
-        return rules.spec(logical_axes(v, where), np.shape(v.get_value()), model_size)
-    return jax.tree_util.tree_map_with_path(one, params, is_leaf=_is_variable)
+    return jax.tree_util.tree_map_with_path(
+        lambda path, v: None if v is None else _declared_spec(path, v, model_size, rules),
+        params, is_leaf=_is_variable)
 
 
 def flat_param_specs(state, model_size: int, rules: ShardingRules = ShardingRules()) -> dict:
@@ -142,8 +145,7 @@ def place_params(params, mesh: Mesh, rules: ShardingRules = ShardingRules(), put
     def place(path, v):
         if v is None:
             return None
-        spec = rules.spec(logical_axes(v, jax.tree_util.keystr(path)),
-                          np.shape(v.get_value()), size)
+        spec = _declared_spec(path, v, size, rules)
         return v.replace(put(v.get_value(), NamedSharding(mesh, spec)))
     return jax.tree_util.tree_map_with_path(place, params, is_leaf=_is_variable)
 

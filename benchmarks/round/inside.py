@@ -94,18 +94,18 @@ def profile_method(pair, method: str, prompts, *, tokens: int, budget: int):
     from dominotree_jax.decoding.stages import STAGES
     cfg = pair.config(method, max_new_tokens=tokens, budget=budget, stop_ids=())
     fn = jax.jit(lambda p, x: decode(p, x, config=cfg))
-    names = None
     totals: dict[str, float] = collections.defaultdict(float)
     rounds = wall = committed = 0.0
     for ids in prompts:
         x = jnp.asarray(ids, jnp.int32)[None]
-        if names is None:
-            names = instruction_stages(fn.lower(pair.params, x).compile().as_text(), STAGES)
-        jax.block_until_ready(fn(pair.params, x))          # compile and warm
+        # one compile per prompt shape; its own instruction names map its profile
+        program = fn.lower(pair.params, x).compile()
+        names = instruction_stages(program.as_text(), STAGES)
+        jax.block_until_ready(program(pair.params, x))     # warm
         d = tempfile.mkdtemp()
         t0 = time.perf_counter()
         with jax.profiler.trace(d):
-            out = jax.block_until_ready(fn(pair.params, x))
+            out = jax.block_until_ready(program(pair.params, x))
         wall += time.perf_counter() - t0
         for k, v in stage_times(d, names).items():
             totals[k] += v
