@@ -109,6 +109,22 @@ def test_stream_resumes_at_any_step(setup):
         np.testing.assert_array_equal(next(late)["tokens"], seq[k])
 
 
+def test_a_process_builds_only_its_rows_and_they_equal_the_whole_batchs(setup):
+    _, target, plan, _ = setup
+    ds = C.dataset(plan, target)
+    ids, _ = ds.split(plan.heldout_pct)
+    kw = dict(batch=4, anchors=4, block=4, seed=0, anchor_mode="sample")
+    whole = batch_stream(ds, ids, **kw)
+    part = batch_stream(ds, ids, rows=[1, 3], **kw)
+    for _ in range(3):
+        w, p = next(whole), next(part)
+        assert set(w) == set(p)
+        for k in w:
+            np.testing.assert_array_equal(p[k], w[k][[1, 3]], err_msg=k)
+    with pytest.raises(ValueError, match="increasing indices"):
+        next(batch_stream(ds, ids, rows=[3, 1], **kw))
+
+
 def test_draft_vocabulary_by_frequency(setup):
     _, target, plan, home = setup
     ds = C.dataset(plan, target)

@@ -1,6 +1,7 @@
 """One of two processes joined by ``jax.distributed.initialize`` on 127.0.0.1 (gloo CPU
 collectives, one host device each), run by ``test_train_mesh.py``: the drafter trainer on the
-2-device global mesh (each process supplying its own devices' rows of every batch) trains 2
+2-device global mesh (each process reading and computing the features of only its own
+device's rows of every batch) trains 2
 steps, checkpoints (orbax, both processes), resumes in both and trains 2 more; process 0 writes
 the losses and parameters for the test to compare with one device's.
 
@@ -40,6 +41,9 @@ def main(process_id: int, port: int, ckpt_root: str) -> int:
     target, store, _ = tiny_target_and_answers(f"{root}/data")
     ds = SequenceDataset(store, FeatureCache(f"{root}/f", TCFG, target.params, TAPS), 40)
     ids, _ = ds.split(10)
+    built = []   # the rows this process reads and computes features for, batch by batch
+    prefetch = ds.prefetch
+    ds.prefetch = lambda seq_ids: (built.append(len(seq_ids)), prefetch(seq_ids))[1]
 
     def trainer(ckpt, mesh):
         return Trainer(DCFG, TCFG, target.params, ds, ids, TC, ckpt, progress=False, mesh=mesh)
@@ -50,6 +54,10 @@ def main(process_id: int, port: int, ckpt_root: str) -> int:
     again = trainer(f"{ckpt_root}/both", make_mesh(2, 1))  # restored by both processes
     assert again.step == 2, again.step
     h += again.fit()
+    half = TC.batch // 2   # each process builds only its own device's rows of every batch
+    assert list(again.local_rows) == list(range(process_id * half, (process_id + 1) * half)), \
+        again.local_rows
+    assert built == [half] * TC.steps, built
     if process_id == 0:   # the test compares them with one device's
         np.savez(f"{ckpt_root}/two_processes.npz", losses=[r["loss"] for r in h],
                  **{f"p/{k}": host(v) for k, v in again.flat.items()})

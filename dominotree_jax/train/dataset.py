@@ -190,6 +190,10 @@ def make_batch(ds: SequenceDataset, seq_ids, *, anchors: int, block: int,
     label, ``a + d``; ``-1`` where the label is missing); with stored top-k logits
     (``ds.topk_k > 0``) also ``topk_ids``/``topk_logits [B, W, k]`` (``get_topk``).
 
+    ``rng``: one generator drawn from row after row, or a sequence of generators, one per row
+    (a row's anchors then do not depend on which other rows the batch holds: what lets each
+    process of a run build only its own rows, ``batch_stream(rows=...)``).
+
     ``anchor_mode="sample"``: ``anchors`` positions drawn without replacement among positions
     ``a`` with at least one label (``a + 1 < total``), ``answer_frac`` of them in the answer
     part when it is long enough (short sequences repeat anchors). ``"all"``: every valid
@@ -199,6 +203,9 @@ def make_batch(ds: SequenceDataset, seq_ids, *, anchors: int, block: int,
     if anchor_mode not in ANCHOR_MODES:
         raise ValueError(f"anchor_mode must be one of {ANCHOR_MODES}, got {anchor_mode!r}")
     B, W = len(seq_ids), ds.seq_len
+    rngs = [rng] * B if isinstance(rng, np.random.Generator) else list(rng)
+    if len(rngs) != B:
+        raise ValueError(f"{len(rngs)} generators for a batch of {B} rows")
     ds.prefetch(seq_ids)
     tokens = np.full((B, W), -1, np.int32)
     feats = np.zeros((B, W, ds.feat_dim), np.float16)
@@ -206,6 +213,7 @@ def make_batch(ds: SequenceDataset, seq_ids, *, anchors: int, block: int,
     anc = np.zeros((B, anchors), np.int32)
     unused = np.zeros((B, anchors), bool)
     for i, j in enumerate(seq_ids):
+        rng = rngs[i]
         t, f, h, L, E = ds.get(int(j))
         tokens[i], feats[i], hidden[i] = t, f, h
         if anchor_mode == "all":
@@ -255,9 +263,16 @@ def epoch_order(ids: np.ndarray, seed: int, epoch: int, weights=None) -> np.ndar
 
 def batch_stream(ds: SequenceDataset, ids: np.ndarray, *, batch: int, anchors: int, block: int,
                  seed: int, start_step: int = 0, anchor_mode: str = "sample",
-                 weights=None) -> Iterator[dict]:
+                 weights=None, rows=None) -> Iterator[dict]:
     """Deterministic infinite stream of batches; batch ``k`` depends only on (seed, k) (and
-    the per-sequence ``weights`` of ``epoch_order``)."""
+    the per-sequence ``weights`` of ``epoch_order``), each row's anchors only on (seed, k, row).
+    ``rows`` (sorted indices into the batch; default all): only those rows are built — their
+    tokens read and their features computed — so a process of a multi-process run pays for
+    its own devices' rows alone; they equal the same rows of the whole batch."""
+    rows = np.arange(batch) if rows is None else np.asarray(rows, np.int64)
+    if rows.ndim != 1 or len(rows) == 0 or (np.diff(rows) <= 0).any() or rows[0] < 0 \
+            or rows[-1] >= batch:
+        raise ValueError(f"rows must be increasing indices into a batch of {batch}, got {rows}")
     epoch, first = 0, 0   # the epoch holding start_step, and its first step
     while True:
         perm = epoch_order(ids, seed, epoch, weights)
@@ -276,6 +291,7 @@ def batch_stream(ds: SequenceDataset, ids: np.ndarray, *, batch: int, anchors: i
         seq = perm[k * batch:(k + 1) * batch]
         if len(seq) < batch:
             seq = np.resize(perm, batch)
-        rng = np.random.default_rng((seed, 1_000_003, step))
-        yield make_batch(ds, seq, anchors=anchors, block=block, rng=rng, anchor_mode=anchor_mode)
+        rngs = [np.random.default_rng((seed, 1_000_003, step, int(r))) for r in rows]
+        yield make_batch(ds, seq[rows], anchors=anchors, block=block, rng=rngs,
+                         anchor_mode=anchor_mode)
         step += 1

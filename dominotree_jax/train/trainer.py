@@ -330,17 +330,41 @@ class Trainer:
         from dominotree_jax.sharding import place_params
         return place_params(tparams, self.mesh, self.rules, put=_global_array)
 
-    def _split_batch(self, batch: dict) -> dict:
-        """A host batch with its rows (the leading axis) split over the mesh's data axis; each
-        process supplies the rows of its own devices."""
+    def _data_sharding(self, ndim: int):
         from jax.sharding import NamedSharding, PartitionSpec
 
         from dominotree_jax.sharding import DATA
+        return NamedSharding(self.mesh, PartitionSpec(DATA, *([None] * (ndim - 1))))
+
+    @property
+    def local_rows(self) -> np.ndarray:
+        """The rows of each global batch this process's devices hold (all of them in one
+        process): the only rows it builds, so features are computed once per row in the run."""
+        if not hasattr(self, "_local_rows"):
+            index = self._data_sharding(1).addressable_devices_indices_map((self.tc.batch,))
+            self._local_rows = np.unique(np.concatenate(
+                [np.arange(self.tc.batch)[ix[0]] for ix in index.values()]))
+        return self._local_rows
+
+    def _split_batch(self, batch: dict) -> dict:
+        """A batch of this process's rows (``local_rows``; in one process the whole batch) as
+        global arrays whose leading axis is split over the mesh's data axis."""
+        rows = self.local_rows
+        if jax.process_count() == 1 and len(rows) == self.tc.batch:
+            return {k: jax.device_put(np.asarray(v), self._data_sharding(np.ndim(v)))
+                    for k, v in batch.items()}
 
         def put(x):
             x = np.asarray(x)
-            spec = PartitionSpec(DATA, *([None] * (x.ndim - 1)))
-            return _global_array(x, NamedSharding(self.mesh, spec))
+            if len(x) != len(rows):
+                raise ValueError(f"a batch of {len(x)} rows where this process holds "
+                                 f"{len(rows)}")
+            shape = (self.tc.batch,) + x.shape[1:]
+
+            def local(index):   # global rows index[0] -> their positions in ``x``
+                return x[(np.searchsorted(rows, np.arange(self.tc.batch)[index[0]]),)
+                         + tuple(index[1:])]
+            return jax.make_array_from_callback(shape, self._data_sharding(x.ndim), local)
         return {k: put(v) for k, v in batch.items()}
 
     # ------------------------------------------------------------------ state
@@ -407,6 +431,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def train_step(self, batch):
+        """One step on ``batch``: the rows ``local_rows`` of the global batch (all of it in one
+        process), as ``batch_stream(rows=trainer.local_rows)`` yields them."""
         self.key, _ = jax.random.split(jax.random.wrap_key_data(self.key))
         self.key = jax.random.key_data(self.key)
         self.flat, self.opt_state, m = _train_step(
@@ -443,7 +469,7 @@ class Trainer:
         stream = batch_stream(self.ds, self.train_ids, batch=tc.batch, anchors=tc.anchors,
                               block=self.dcfg.num_draft_positions, seed=tc.seed,
                               start_step=self.step, anchor_mode=tc.anchor_mode,
-                              weights=self.seq_weights)
+                              weights=self.seq_weights, rows=self.local_rows)
         bar = None
         if self.progress:
             from tqdm import tqdm
