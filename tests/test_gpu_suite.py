@@ -234,7 +234,9 @@ def test_stages_and_kernel_variants(tmp_path, capsys):
                                                "accept_commit"))
     rows = _table_after(out.read_text(), "## tiny Qwen3-4B-like + Domino-b16")
     assert tuple(rows) == TABLE_ROWS
-    assert 0 < float(rows["build share of the round (paper, DominoTree: 14%)"][0][:-1]) < 100
+    # a share of two separately timed programs (one repeat, tiny sizes): timing noise can
+    # put it past 100 %, so only its form and sign are checked
+    assert 0 < float(rows["build share of the round (paper, DominoTree: 14%)"][0][:-1])
     assert rows["round programs compiled (at most 1)"] == ["1"]
     assert "pop us, 2x2 (warps x stages)" in out.read_text()
 

@@ -105,7 +105,7 @@ def _conditional_expander(base_JV, hidden_JH, w1_EHG, w2_VE, *, k, top_m, use_pa
     kernel_mode = ("interpret" if interpret else True) if use_kernel else False
     a_JE, w1s_EG = split_projection(hidden_JH, w1_EHG)
 
-    if top_m == 0:  # full vocabulary: one [V, E] matvec per pop
+    if top_m == 0:  # full vocabulary: one [V, E] product per pop, the pop's whole cost
         w2 = w2_VE.astype(jnp.float32)
 
         def expand_full(depth, s_G):
@@ -201,7 +201,7 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
     )
     states_NG = jnp.zeros((N, G), f32)
 
-    def pop(i, carry):
+    def pop(i, carry, expand_children=True):
         fr, nd, states_NG = carry
         f = jnp.argmax(jnp.where(fr["valid"], fr["score"], -jnp.inf))
         f = jnp.where(fr["valid"][f], f, jnp.argmax(fr["valid"]))  # only -inf scores left
@@ -213,6 +213,8 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
             dep=nd["dep"].at[i].set(jnp.where(ok, dep, -1)),
             score=nd["score"].at[i].set(jnp.where(ok, score, -jnp.inf)),
         )
+        if not expand_children:   # the last pop: its children could never be popped
+            return fr, nd, states_NG
         if conditional:
             parent_state = jnp.where(par >= 0, states_NG[jnp.maximum(par, 0)], root_state)
             s_G = advance(tok, parent_state)
@@ -235,7 +237,8 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
         )
         return fr, nd, states_NG
 
-    _, nd, _ = jax.lax.fori_loop(0, N, pop, (frontier, nodes, states_NG))
+    carry = jax.lax.fori_loop(0, N - 1, pop, (frontier, nodes, states_NG))
+    _, nd, _ = pop(N - 1, carry, expand_children=False)
     num_nodes = jnp.sum(nd["dep"] >= 0).astype(i32)
     return Tree(nd["tok"], nd["par"], nd["dep"], nd["score"], num_nodes)
 
