@@ -34,6 +34,37 @@ def no_view():
         yield
 
 
+def decode_prompts(pair, cfg, prompts, width: int, patch=None) -> dict:
+    """Decode each prompt (right-padded to ``width``, batch 1) with one jitted ``decode`` of
+    ``cfg`` after a compiling call: tokens/s over all prompts, mean tau, the share of plain-step
+    rounds, the outputs. ``patch``: a context manager active while tracing."""
+    from dominotree_jax import decode
+    from dominotree_jax.decoding.auto_size import initial_state
+
+    state = initial_state(cfg, 1) if cfg.is_auto else None
+
+    def fn(params, x, n, st):   # a fresh function per run: its own trace
+        return decode(params, x, config=cfg, prompt_lengths=n, auto_state=st)
+    with patch() if patch else contextlib.nullcontext():
+        jfn = jax.jit(fn)
+        padded = [np.pad(np.asarray(p, np.int32), (0, width - len(p)))[None] for p in prompts]
+        lens = [jnp.array([len(p)], jnp.int32) for p in prompts]
+        jax.block_until_ready(jfn(pair.params, padded[0], lens[0], state))   # compile
+    tokens, secs, taus, sizes, outs = 0, 0.0, [], [], []
+    for x, n in zip(padded, lens):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(jfn(pair.params, x, n, state))
+        secs += time.perf_counter() - t0
+        k = int(out.num_tokens[0])
+        tokens += k
+        r = int(out.num_rounds[0])
+        taus.append(k / max(r, 1))
+        sizes.extend(np.asarray(out.draft_sizes[0, :r]).tolist())
+        outs.append(np.asarray(out.tokens[0, :k]))
+    plain = float(np.mean(np.asarray(sizes) == 0)) if sizes else 0.0
+    return dict(tok_s=tokens / secs, tau=float(np.mean(taus)), plain=plain, outs=outs)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=3, help="per dataset")
@@ -43,10 +74,8 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=256, help="prompt bucket (right-padded)")
     args = ap.parse_args(argv)
 
-    from dominotree_jax import decode
-    from dominotree_jax.measure import eval_prompts
     from dominotree_jax.calibrate import cast_pair
-    from dominotree_jax.decoding.auto_size import initial_state
+    from dominotree_jax.measure import eval_prompts
     from dominotree_jax.measure.default_pair import load_models
 
     pair32 = load_models(None, None, "float32")[0]
@@ -57,29 +86,7 @@ def main(argv=None):
 
     def run(pair, method, budget, patch=None):
         cfg = pair.config(method, max_new_tokens=args.new, stop_ids=(), budget=budget)
-        state = initial_state(cfg, 1) if cfg.is_auto else None
-
-        def fn(params, x, n, st):   # a fresh function per run: its own trace
-            return decode(params, x, config=cfg, prompt_lengths=n, auto_state=st)
-        with patch() if patch else contextlib.nullcontext():
-            jfn = jax.jit(fn)
-            padded = [np.pad(np.asarray(p, np.int32), (0, args.width - len(p)))[None]
-                      for p in prompts]
-            lens = [jnp.array([len(p)], jnp.int32) for p in prompts]
-            jax.block_until_ready(jfn(pair.params, padded[0], lens[0], state))   # compile
-        tokens, secs, taus, sizes, outs = 0, 0.0, [], [], []
-        for x, n in zip(padded, lens):
-            t0 = time.perf_counter()
-            out = jax.block_until_ready(jfn(pair.params, x, n, state))
-            secs += time.perf_counter() - t0
-            k = int(out.num_tokens[0])
-            tokens += k
-            r = int(out.num_rounds[0])
-            taus.append(k / max(r, 1))
-            sizes.extend(np.asarray(out.draft_sizes[0, :r]).tolist())
-            outs.append(np.asarray(out.tokens[0, :k]))
-        plain = float(np.mean(np.asarray(sizes) == 0)) if sizes else 0.0
-        return dict(tok_s=tokens / secs, tau=float(np.mean(taus)), plain=plain, outs=outs)
+        return decode_prompts(pair, cfg, prompts, args.width, patch)
 
     rows = [("float32 ar", run(pair32, "ar", 16)),
             (f"bf16 {args.method} auto, float32 view", run(pair16, args.method, "auto")),

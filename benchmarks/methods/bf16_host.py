@@ -1,0 +1,120 @@
+"""The fastest configurations on a CPU with bf16 units against float32 ``ar``, side by side in
+one process (real SmolLM2-135M + shipped drafter): bf16 weights verify many rows at bf16
+speed, and ``budget="auto"``'s plain steps run on their float32 view (as fast as float32
+``ar``), so auto + lookup on bf16 weights is the configuration to beat float32 ``ar`` with.
+
+    python -m benchmarks methods bf16_host [--prompts 3] [--new 128] [--lookup 4]
+        [--datasets humaneval,mtbench,math500,copyedit]
+
+Runs, each one jitted ``decode`` compiled once and used on every prompt (batch 1, T 0, prompts
+right-padded to one bucket that holds the longest): float32 ``ar`` (the reference), bf16
+``ar``, bf16 DominoTree auto, bf16 DominoTree + lookup auto, float32 DominoTree + lookup
+auto, bf16 ``lookup`` at budget 16. Prints tokens/s per dataset, x float32 ``ar``, tau and
+the plain-step share, and whether each run's tokens equal its reference's: float32 ``ar``'s for
+float32 runs (always, or it is a bug); bf16 ``ar``'s for bf16 runs, from which a many-row bf16
+verify may part at near-ties (docs/precision.md). Pause other CPU work while it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dominotree_jax.measure.timing import bf16_units, cpu_model
+
+
+def run_config(pair, cfg, prompts_by_set: dict, width: int) -> dict:
+    """``{dataset: {tok_s, tau, plain, outs}}`` for one config: one compile, then every
+    prompt once (batch 1, right-padded to ``width``)."""
+    from dominotree_jax import decode
+    from dominotree_jax.decoding.auto_size import initial_state
+
+    state = initial_state(cfg, 1) if cfg.is_auto else None
+    jfn = jax.jit(lambda params, x, n, st: decode(params, x, config=cfg, prompt_lengths=n,
+                                                  auto_state=st))
+
+    def one(p):
+        x = np.pad(np.asarray(p, np.int32), (0, width - len(p)))[None]
+        return jfn(pair.params, x, jnp.array([len(p)], jnp.int32), state)
+
+    first = next(iter(prompts_by_set.values()))[0]
+    jax.block_until_ready(one(first))   # compile
+    out = {}
+    for name, prompts in prompts_by_set.items():
+        tokens, secs, rounds, sizes, outs = 0, 0.0, 0, [], []
+        for p in prompts:
+            t0 = time.perf_counter()
+            o = jax.block_until_ready(one(p))
+            secs += time.perf_counter() - t0
+            k, r = int(o.num_tokens[0]), int(o.num_rounds[0])
+            tokens, rounds = tokens + k, rounds + r
+            sizes.extend(np.asarray(o.draft_sizes[0, :r]).tolist())
+            outs.append(np.asarray(o.tokens[0, :k]))
+        out[name] = dict(tok_s=tokens / secs, tau=tokens / max(rounds, 1),
+                         plain=float(np.mean(np.asarray(sizes) == 0)) if sizes else 1.0,
+                         outs=outs)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=3, help="per dataset")
+    ap.add_argument("--datasets", default="humaneval,mtbench,math500,copyedit")
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--lookup", type=int, default=4, help="lookup paths per round")
+    ap.add_argument("--method", default="dominotree")
+    args = ap.parse_args(argv)
+
+    from dominotree_jax.measure import eval_prompts
+    from dominotree_jax.measure.default_pair import load_models
+
+    pair32 = load_models(None, None, "float32")[0]
+    pair16 = pair32.with_precision("bfloat16")
+    prompts = {d: [pair32.target.chat_prompt(t) for t in eval_prompts.load(d, args.prompts, 0)]
+               for d in args.datasets.split(",")}
+    longest = max(len(p) for ps in prompts.values() for p in ps)
+    width = -(-longest // 128) * 128   # one bucket holds every prompt whole
+    kw = dict(max_new_tokens=args.new, stop_ids=())
+    m, look = args.method, dict(lookup=args.lookup)
+    runs = [  # (label, pair, config, the run whose tokens it must equal)
+        ("float32 ar", pair32, pair32.config("ar", **kw), None),
+        ("bf16 ar", pair16, pair16.config("ar", **kw), None),
+        (f"bf16 {m} auto", pair16, pair16.config(m, budget="auto", **kw), "bf16 ar"),
+        (f"bf16 {m}+lookup auto", pair16, pair16.config(m, budget="auto", **look, **kw),
+         "bf16 ar"),
+        (f"float32 {m}+lookup auto", pair32, pair32.config(m, budget="auto", **look, **kw),
+         "float32 ar"),
+        ("bf16 lookup, budget 16", pair16, pair16.config("lookup", budget=16, **kw), "bf16 ar"),
+    ]
+    results = {}
+    for label, pair, cfg, _ in runs:
+        t0 = time.perf_counter()
+        results[label] = run_config(pair, cfg, prompts, width)
+        print(f"  {label}: {time.perf_counter() - t0:.0f} s", flush=True)
+
+    print(f"\n# {m} + lookup on bf16 weights vs float32 ar — {cpu_model()} "
+          f"(bf16 units: {bf16_units() or 'none'}), {jax.devices()[0].platform}, "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"{args.prompts} prompts per set x {args.new} new tokens, T 0, batch 1, prompt "
+          f"bucket {width}; lookup {args.lookup} paths\n")
+    sets = list(prompts)
+    print("| run | " + " | ".join(sets) + " | tokens equal the reference's |")
+    print("|---|" + "---:|" * len(sets) + "---|")
+    for label, _, _, ref in runs:
+        r = results[label]
+        cells = [f"{r[d]['tok_s'] / results['float32 ar'][d]['tok_s']:.2f}x "
+                 f"({r[d]['tok_s']:.1f} tok/s, τ {r[d]['tau']:.2f}, plain {r[d]['plain']:.0%})"
+                 for d in sets]
+        same = "—" if ref is None else str(all(
+            np.array_equal(a, b) for d in sets
+            for a, b in zip(r[d]["outs"], results[ref][d]["outs"])))
+        print(f"| {label} | " + " | ".join(cells) + f" | {same} |")
+
+
+if __name__ == "__main__":
+    main()
