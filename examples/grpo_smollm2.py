@@ -48,7 +48,9 @@ from dominotree_jax.rollout.grpo_report import write_report
 from dominotree_jax.rollout.grpo_run import ArmSettings, run_arms
 from dominotree_jax.rollout.grpo_speed import compare_rollout_speed
 
-ARMS = ("ar", "auto", "auto+refresh")
+ARMS = ("ar", "auto", "auto+refresh", "auto+lookup", "auto+refresh+lookup")
+TRAIN_ARMS = ARMS[:3]   # the arms a plain run trains (the +lookup ones: --arms)
+LOOKUP_PATHS = 4        # +lookup arms: paths copied from the prompt and the text so far
 DEFAULTS = ArmSettings(model="smollm2", steps=60, prompts=4, group=4, max_new=48,
                        temperature=0.9, lr=3e-5, beta=0.04, seed=0,
                        refresh=dict(lr=3e-4, anchors=4, rows=None), rollout_prompts=1)
@@ -173,12 +175,14 @@ class Task:
         if arm == "ar":
             return dict(method="ar")
         a = self.auto
+        if arm not in ARMS:
+            raise ValueError(f"unknown arm {arm!r}: one of {ARMS}")
         opts = dict(method="dominotree", budget="auto", node_topk=a.node_topk, top_m=a.top_m,
                     auto_costs=a.auto_costs, auto_sizes=a.auto_sizes)
-        if arm == "auto+refresh":
+        if "+refresh" in arm:
             opts["drafter_refresh"] = dict(refresh)
-        elif arm != "auto":
-            raise ValueError(f"unknown arm {arm!r}: one of {ARMS}")
+        if arm.endswith("+lookup"):
+            opts["lookup"] = LOOKUP_PATHS
         return opts
 
 
@@ -188,7 +192,7 @@ def _chat_text(tokenizer, question: str) -> str:
 
 
 # ---------------------------------------------------------------------------- running it
-def main(arms=ARMS, out: str = "benchmarks/results/rl", save_dir: str | None = None,
+def main(arms=TRAIN_ARMS, out: str = "benchmarks/results/rl", save_dir: str | None = None,
          ckpt_every: int = 2, ckpt_keep: int = 2, stop_after: int | None = None,
          **settings) -> dict:
     """Run the ``arms`` not yet complete in ``out`` (``settings``: ``ArmSettings`` fields
@@ -204,12 +208,12 @@ def main(arms=ARMS, out: str = "benchmarks/results/rl", save_dir: str | None = N
 
 def speed(out: str, model: str = "smollm2", policies=(), reps: int = 3, prompts: int = 4,
           group: int = 4, max_new: int = 48, temperature: float = 0.9, seed: int = 1234,
-          rollout_prompts: int = 1) -> list[dict]:
-    """``ar`` vs ``auto`` rollouts of the same ``prompts`` problems x ``group`` (rows appended
-    to ``<out>/speed.csv``), for the initial policy and each ``(label, policy .npz)``."""
+          rollout_prompts: int = 1, arms=("ar", "auto")) -> list[dict]:
+    """``arms``' rollouts of the same ``prompts`` problems x ``group`` (rows appended to
+    ``<out>/speed.csv``), for the initial policy and each ``(label, policy .npz)``."""
     task = Task(model)
     batch = next(batches(seed, 1, prompts, task.as_prompt))
-    return compare_rollout_speed(task, batch, rewards, out, policies, ("ar", "auto"), reps,
+    return compare_rollout_speed(task, batch, rewards, out, policies, arms, reps,
                                  group, max_new, temperature, seed, rollout_prompts)
 
 
@@ -217,7 +221,9 @@ if __name__ == "__main__":
     d = DEFAULTS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=d.model, choices=("smollm2", "tiny"))
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {ARMS}")
+    ap.add_argument("--arms", default=None,
+                    help=f"comma-separated, of {ARMS} (default: training "
+                         f"{','.join(TRAIN_ARMS)}; --speed: ar,auto)")
     ap.add_argument("--steps", type=int, default=d.steps)
     ap.add_argument("--prompts", type=int, default=d.prompts)
     ap.add_argument("--group", type=int, default=d.group)
@@ -248,9 +254,11 @@ if __name__ == "__main__":
     elif args.speed:
         speed(args.speed, args.model, [tuple(p.split("=", 1)) for p in args.policy],
               args.reps, args.prompts, args.group, args.max_new, args.temperature,
-              rollout_prompts=args.rollout_prompts)
+              rollout_prompts=args.rollout_prompts,
+              arms=tuple((args.arms or "ar,auto").split(",")))
     else:
-        main(tuple(a for a in args.arms.split(",") if a), args.out, args.save_dir,
+        main(tuple(a for a in (args.arms or ",".join(TRAIN_ARMS)).split(",") if a), args.out,
+             args.save_dir,
              args.ckpt_every, args.ckpt_keep, args.stop_after, model=args.model,
              steps=args.steps, prompts=args.prompts, group=args.group, max_new=args.max_new,
              temperature=args.temperature, lr=args.lr, beta=args.beta, seed=args.seed,
