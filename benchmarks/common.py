@@ -24,6 +24,8 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
         "auto_overhead": "what budget='auto' costs over plain decoding (ar, auto forced "
                          "plain, auto)",
         "auto_view": "bf16 budget='auto' with and without the float32 view of its plain steps",
+        "temperature_accept": "how far auto's acceptance model is off at T 0..1 (the "
+                              "calibration factor it learns)",
         "bf16_host": "auto + lookup on bf16 weights (float32 plain steps) vs float32 ar, in "
                      "one process, per set incl. copyedit",
         "draft_window": "tau and tokens/s against prompt length, with and without a drafter "

@@ -231,7 +231,9 @@ def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):
     assert int(eng._auto_states[key].since) == int(st.since)
     eng.update_drafter_params(pair[2]["drafter"])
     new = eng._auto_states[key]
-    assert int(new.since) == max(int(st.gap) - 1, 0) and float(new.pred) == float(new.real) == 1
+    from dominotree_jax.decoding.auto_size import CALIB_PRIOR
+    assert int(new.since) == max(int(st.gap) - 1, 0) and float(new.pred) == 1
+    assert float(new.real) == pytest.approx(CALIB_PRIOR)   # the calibration starts afresh
     ref = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6),
                       drafter_refresh={"lr": 1e-2, "anchors": 3})
     ref.generate(PROMPTS, rcfg())                 # first refresh: probes, records its τ

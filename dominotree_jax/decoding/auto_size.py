@@ -25,9 +25,11 @@ The policy, all of it inside the jitted loop (``AutoState`` is part of the loop 
    ``E(n) = 1 + c * sum_{i<n} exp(score_i)`` is its expected committed tokens. ``c`` calibrates an
    over- (or under-) confident drafter: realised accepted nodes / predicted, EMAs over drafted
    rounds (a size-0 round still tells whether the target's token was one of the root's
-   children). The draft cost is already paid, so the size maximising the round's surplus
-   ``sum_rows E(n) - rho * rows * verify_cost(n)`` is the one that maximises the long-run rate
-   ``rho`` (Dinkelbach); ``rho = max(AR rate, rate)``. One size serves the whole batch.
+   children); it starts at ``CALIB_PRIOR`` (drafters are overconfident, at every temperature)
+   and again when the drafter changes. The draft cost is already paid, so the size maximising
+   the round's surplus ``sum_rows E(n) - rho * rows * verify_cost(n)`` is the one that
+   maximises the long-run rate ``rho`` (Dinkelbach); ``rho = max(AR rate, rate)``. One size
+   serves the whole batch.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ RATE_START = 1.1       # initial ``rate`` (x the AR rate): optimistic, the first
 RATE_ALPHA = 0.3       # EMA weight of the newest drafted round in ``rate``
 CALIB_ALPHA = 0.2      # ... in the calibration EMAs
 CALIB_MAX = 2.0        # largest calibration factor ``c``
+# ``c`` before any round has measured it: a drafter's path probabilities overpredict its
+# accepted nodes ~1.5-1.9x at every temperature (shipped SmolLM2 pair, T 0 / 0.7 / 0.9 / 1:
+# c = 0.64 / 0.65 / 0.59 / 0.52; ``python -m benchmarks methods temperature_accept``), so the
+# policy starts from that, not from trusting the drafter
+CALIB_PRIOR = 0.6
 MAX_GAP_FACTOR = 16    # the probe gap grows up to ``16 *`` its base
 PLAUSIBLE_ACCEPT = 0.75  # share of the longest draft path a strong drafter gets accepted
 PROBE_SHARE = 0.04     # base probe gap >= draft cost / this: a useless drafter's probes cost
@@ -136,7 +143,7 @@ class AutoPolicy:
                                                   else getattr(carried, name), t).reshape(())
                                 for name, t in types.items()})
         return AutoState(rate=jnp.asarray(RATE_START * self.ar_rate, f32),
-                         pred=jnp.ones((), f32), real=jnp.ones((), f32),
+                         pred=jnp.ones((), f32), real=jnp.full((), CALIB_PRIOR, f32),
                          since=jnp.zeros((), i32), gap=jnp.asarray(self.probe_every, i32),
                          lpred=jnp.ones((), f32), lreal=jnp.ones((), f32))
 
@@ -207,7 +214,7 @@ def probe_next(st: AutoState) -> AutoState:
     it was (one drafted round per change)."""
     one = jnp.ones_like(jnp.asarray(st.pred))
     return st._replace(since=jnp.maximum(jnp.asarray(st.gap) - 1, 0).astype(jnp.int32),
-                       pred=one, real=one)
+                       pred=one, real=CALIB_PRIOR * one)
 
 
 def initial_state(config, batch: int, carried: AutoState | None = None) -> AutoState:
