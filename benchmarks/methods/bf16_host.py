@@ -114,7 +114,3 @@ def main(argv=None):
             np.array_equal(a, b) for d in sets
             for a, b in zip(r[d]["outs"], results[ref][d]["outs"])))
         print(f"| {label} | " + " | ".join(cells) + f" | {same} |")
-
-
-if __name__ == "__main__":
-    main()

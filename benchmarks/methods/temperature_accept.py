@@ -63,7 +63,3 @@ def main(argv=None):
         c = np.asarray(real) / np.asarray(pred)
         print(f"| {T:g} | {np.mean(taus):.2f} | {np.mean(real):.2f} | {np.mean(pred):.2f} | "
               f"{c.mean():.2f} ({c.min():.2f}-{c.max():.2f}) |", flush=True)
-
-
-if __name__ == "__main__":
-    main()
