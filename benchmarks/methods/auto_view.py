@@ -34,10 +34,11 @@ def no_view():
         yield
 
 
-def decode_prompts(pair, cfg, prompts, width: int, patch=None) -> dict:
-    """Decode each prompt (right-padded to ``width``, batch 1) with one jitted ``decode`` of
-    ``cfg`` after a compiling call: tokens/s over all prompts, mean tau, the share of plain-step
-    rounds, the outputs. ``patch``: a context manager active while tracing."""
+def run_config(pair, cfg, prompts_by_set: dict, width: int, patch=None) -> dict:
+    """``{set: {tok_s, tau, taus, plain, outs}}`` for one config: one jitted ``decode``
+    compiled once (``patch``: a context manager active meanwhile), then every prompt once
+    (batch 1, right-padded to ``width``). ``tau``: tokens / rounds over the set; ``taus``: per
+    prompt; ``plain``: the share of plain-step rounds."""
     from dominotree_jax import decode
     from dominotree_jax.decoding.auto_size import initial_state
 
@@ -45,24 +46,30 @@ def decode_prompts(pair, cfg, prompts, width: int, patch=None) -> dict:
 
     def fn(params, x, n, st):   # a fresh function per run: its own trace
         return decode(params, x, config=cfg, prompt_lengths=n, auto_state=st)
+    jfn = jax.jit(fn)
+
+    def one(p):
+        x = np.pad(np.asarray(p, np.int32), (0, width - len(p)))[None]
+        return jfn(pair.params, x, jnp.array([len(p)], jnp.int32), state)
+
     with patch() if patch else contextlib.nullcontext():
-        jfn = jax.jit(fn)
-        padded = [np.pad(np.asarray(p, np.int32), (0, width - len(p)))[None] for p in prompts]
-        lens = [jnp.array([len(p)], jnp.int32) for p in prompts]
-        jax.block_until_ready(jfn(pair.params, padded[0], lens[0], state))   # compile
-    tokens, secs, taus, sizes, outs = 0, 0.0, [], [], []
-    for x, n in zip(padded, lens):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(jfn(pair.params, x, n, state))
-        secs += time.perf_counter() - t0
-        k = int(out.num_tokens[0])
-        tokens += k
-        r = int(out.num_rounds[0])
-        taus.append(k / max(r, 1))
-        sizes.extend(np.asarray(out.draft_sizes[0, :r]).tolist())
-        outs.append(np.asarray(out.tokens[0, :k]))
-    plain = float(np.mean(np.asarray(sizes) == 0)) if sizes else 0.0
-    return dict(tok_s=tokens / secs, tau=float(np.mean(taus)), plain=plain, outs=outs)
+        jax.block_until_ready(one(next(iter(prompts_by_set.values()))[0]))   # compile
+    out = {}
+    for name, prompts in prompts_by_set.items():
+        tokens, secs, rounds, taus, sizes, outs = 0, 0.0, 0, [], [], []
+        for p in prompts:
+            t0 = time.perf_counter()
+            o = jax.block_until_ready(one(p))
+            secs += time.perf_counter() - t0
+            k, r = int(o.num_tokens[0]), int(o.num_rounds[0])
+            tokens, rounds = tokens + k, rounds + r
+            taus.append(k / max(r, 1))
+            sizes.extend(np.asarray(o.draft_sizes[0, :r]).tolist())
+            outs.append(np.asarray(o.tokens[0, :k]))
+        out[name] = dict(tok_s=tokens / secs, tau=tokens / max(rounds, 1), taus=taus,
+                         plain=float(np.mean(np.asarray(sizes) == 0)) if sizes else 1.0,
+                         outs=outs)
+    return out
 
 
 def main(argv=None):
@@ -86,7 +93,8 @@ def main(argv=None):
 
     def run(pair, method, budget, patch=None):
         cfg = pair.config(method, max_new_tokens=args.new, stop_ids=(), budget=budget)
-        return decode_prompts(pair, cfg, prompts, args.width, patch)
+        r = run_config(pair, cfg, {"all": prompts}, args.width, patch)["all"]
+        return dict(r, tau=float(np.mean(r["taus"])))
 
     rows = [("float32 ar", run(pair32, "ar", 16)),
             (f"bf16 {args.method} auto, float32 view", run(pair16, args.method, "auto")),

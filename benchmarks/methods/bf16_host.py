@@ -22,43 +22,10 @@ import datetime
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.methods.auto_view import run_config
 from dominotree_jax.measure.timing import bf16_units, cpu_model
-
-
-def run_config(pair, cfg, prompts_by_set: dict, width: int) -> dict:
-    """``{dataset: {tok_s, tau, plain, outs}}`` for one config: one compile, then every
-    prompt once (batch 1, right-padded to ``width``)."""
-    from dominotree_jax import decode
-    from dominotree_jax.decoding.auto_size import initial_state
-
-    state = initial_state(cfg, 1) if cfg.is_auto else None
-    jfn = jax.jit(lambda params, x, n, st: decode(params, x, config=cfg, prompt_lengths=n,
-                                                  auto_state=st))
-
-    def one(p):
-        x = np.pad(np.asarray(p, np.int32), (0, width - len(p)))[None]
-        return jfn(pair.params, x, jnp.array([len(p)], jnp.int32), state)
-
-    first = next(iter(prompts_by_set.values()))[0]
-    jax.block_until_ready(one(first))   # compile
-    out = {}
-    for name, prompts in prompts_by_set.items():
-        tokens, secs, rounds, sizes, outs = 0, 0.0, 0, [], []
-        for p in prompts:
-            t0 = time.perf_counter()
-            o = jax.block_until_ready(one(p))
-            secs += time.perf_counter() - t0
-            k, r = int(o.num_tokens[0]), int(o.num_rounds[0])
-            tokens, rounds = tokens + k, rounds + r
-            sizes.extend(np.asarray(o.draft_sizes[0, :r]).tolist())
-            outs.append(np.asarray(o.tokens[0, :k]))
-        out[name] = dict(tok_s=tokens / secs, tau=tokens / max(rounds, 1),
-                         plain=float(np.mean(np.asarray(sizes) == 0)) if sizes else 1.0,
-                         outs=outs)
-    return out
 
 
 def main(argv=None):

@@ -250,6 +250,7 @@ class Trainer:
             index[np.asarray(vocab_ids)] = np.arange(len(vocab_ids), dtype=np.int32)
             self.vocab_index = jnp.asarray(index)
         self.ds, self.train_ids, self.tc = ds, np.asarray(train_ids), tc
+        self.local_rows = self._local_rows()
         self.seq_weights = seq_weights   # per train id: how often an epoch holds it
 
         self.ckpt_dir = os.path.abspath(ckpt_dir)
@@ -336,15 +337,12 @@ class Trainer:
         from dominotree_jax.sharding import DATA
         return NamedSharding(self.mesh, PartitionSpec(DATA, *([None] * (ndim - 1))))
 
-    @property
-    def local_rows(self) -> np.ndarray:
+    def _local_rows(self) -> np.ndarray:
         """The rows of each global batch this process's devices hold (all of them in one
         process): the only rows it builds, so features are computed once per row in the run."""
-        if not hasattr(self, "_local_rows"):
-            index = self._data_sharding(1).addressable_devices_indices_map((self.tc.batch,))
-            self._local_rows = np.unique(np.concatenate(
-                [np.arange(self.tc.batch)[ix[0]] for ix in index.values()]))
-        return self._local_rows
+        index = self._data_sharding(1).addressable_devices_indices_map((self.tc.batch,))
+        return np.unique(np.concatenate([np.arange(self.tc.batch)[ix[0]]
+                                         for ix in index.values()]))
 
     def _split_batch(self, batch: dict) -> dict:
         """A batch of this process's rows (``local_rows``; in one process the whole batch) as
