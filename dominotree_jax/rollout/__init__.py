@@ -5,7 +5,8 @@ tunix model calling convention for our target (``TunixCausalLM``), a jitted draf
 that follows the policy from rollout features (``drafter_refresh``), the engine's state
 saved and restored beside tunix's checkpoints (``checkpoints``), and GRPO arm comparisons
 through tunix's ``GRPOLearner`` (``grpo_task``: what a task supplies; ``grpo_run``: arms with a
-CSV row per step and resume; ``grpo_speed``: rollout speed side by side; ``grpo_report``)."""
+CSV row per step and resume; ``grpo_speed``: rollout speed side by side; ``grpo_report``), and
+tunix's ``RLCluster`` made right across processes (``cluster.MultiProcessRLCluster``)."""
 
 from dominotree_jax.rollout.checkpoints import (EngineCheckpoints,  # noqa: F401
                                                attach_engine_checkpoints,
@@ -17,3 +18,6 @@ from dominotree_jax.rollout.tunix_engine import DominoTreeRollout  # noqa: F401
 from dominotree_jax.rollout.tunix_model import TunixCausalLM  # noqa: F401
 from dominotree_jax.rollout.tunix_types import (HAVE_TUNIX, BaseRollout,  # noqa: F401
                                                 RolloutConfig, RolloutOutput)
+
+if HAVE_TUNIX:
+    from dominotree_jax.rollout.cluster import MultiProcessRLCluster  # noqa: F401
