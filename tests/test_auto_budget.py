@@ -139,6 +139,7 @@ def _wrong_or_oracle_setup(n):
     run = fresh_jit_decode()
     prompt_BT, lengths_B = jnp.array([[3, 17, 5, 9, 33]], jnp.int32), jnp.array([5])
     ref = _ar(run, params, tcfg, prompt_BT, lengths_B, n + 10)
+    assert ref.predicted_lengths is None and ref.auto_state is None   # not an auto config
     seq = np.concatenate([np.asarray(prompt_BT[0]), np.asarray(ref.tokens[0])])
     return tcfg, dcfg, params, run, prompt_BT, lengths_B, ref, seq
 
@@ -154,6 +155,7 @@ def test_wrong_drafter_falls_back_to_plain_steps_and_probes(method):
     rounds = int(out.num_rounds[0])
     assert rounds == n - 1
     assert (np.asarray(out.draft_sizes[0, :rounds]) == 0).all()
+    np.testing.assert_array_equal(out.predicted_lengths[0, :rounds], 1.0)   # plain steps
     # drafts in the first round (optimistic start), then only probes, each gap twice the last:
     # rounds 0, b, 3b, 7b, ... with b the policy's base gap
     base = AutoPolicy(cfg, batch=1).probe_every
@@ -192,6 +194,12 @@ def test_oracle_drafter_gets_the_largest_size(method):
     rounds = int(out.num_rounds[0])
     assert (np.asarray(out.draft_sizes[0, :rounds]) == 8).all()
     assert (np.asarray(out.accept_lengths[0, :rounds - 1]) == 9).all()
+    # the policy's expected tokens per round: from the prior's 1 + 0.6 x (the drafter's own
+    # prediction) towards the 9 committed as its calibration learns; NaN where no round
+    expected = np.asarray(out.predicted_lengths[0])
+    assert np.isnan(expected[rounds:]).all() and np.isfinite(expected[:rounds]).all()
+    assert expected[0] < 1 + 8 * auto_size.CALIB_PRIOR + 1e-4
+    assert abs(expected[rounds - 2] - 9) < 0.15 * 9, expected[:rounds]
 
 
 def test_sampling_matches_the_target_distribution():
@@ -422,6 +430,31 @@ def _cache_copies(params, cfg, B, T):
             entry += is_entry
             loop += not is_entry
     return loop, entry
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_the_calibrated_rounds_never_copy_the_cache(rows):
+    """The calibration times auto's rounds outside the size switch (``round.sized_round``);
+    its plain step once copied every layer's cache each round (XLA wrote the kept row before
+    the attention read it), pricing a plain step at 1.33 ``ar`` steps at batch 4."""
+    import re
+    import dominotree_jax as dj
+    from dominotree_jax.calibrate import RoundPrograms
+    tcfg, dcfg, params = tiny_pair(block_size=4)
+    pair = dj.Pair(dj.Target(tcfg, params["target"], tokenizer=None), dcfg, params["drafter"])
+    B, context, max_rows = 4, 40, 5
+    progs = RoundPrograms(pair, B, context, 2, max_rows)
+    loop, args = progs._verify_fn(rows, plain_ar=False)
+    hlo = jax.jit(loop).lower(*args).compile().as_text()
+    S = context + max_rows + 8
+    layer = re.compile(r"=\s*f32\[%d,%d,%d,%d\]\{[^}]*\}\s+copy\(" % (
+        B, tcfg.num_key_value_heads, S, tcfg.head_dim))
+    in_loop, is_entry = 0, False
+    for line in hlo.splitlines():
+        if not line.startswith(" ") and line.rstrip().endswith("{"):
+            is_entry = line.startswith("ENTRY")
+        in_loop += bool(layer.search(line)) and not is_entry
+    assert in_loop == 0, f"{in_loop} cache-layer copies inside the calibrated {rows}-row loop"
 
 
 @pytest.mark.parametrize("method,budget", [("ar", 16), ("dominotree", 6), ("domino", "auto")])

@@ -102,6 +102,8 @@ class SizeChoice(NamedTuple):
     index: jax.Array        # i32 scalar: index into ``sizes``
     predicted_B: jax.Array  # [B] f32 expected accepted nodes of the chosen size (uncalibrated)
     root_mass_B: jax.Array  # [B] f32 drafter probability of the root's children
+    # [B] f32 the policy's expected tokens committed this round: 1 + c * predicted (1 at size 0)
+    expected_B: jax.Array | None = None
 
 
 class AutoPolicy:
@@ -171,7 +173,8 @@ class AutoPolicy:
         surplus_n = gain_n - rho * rows * jnp.asarray(self.verify_costs, jnp.float32)
         index = jnp.argmax(surplus_n).astype(jnp.int32)   # ties: the smaller size
         root_mass_B = jnp.sum(jnp.where(draft.parents_BN < 0, p_BN, 0.0), axis=1)
-        return SizeChoice(index=index, predicted_B=pred_Bn[:, index], root_mass_B=root_mass_B)
+        return SizeChoice(index=index, predicted_B=pred_Bn[:, index], root_mass_B=root_mass_B,
+                          expected_B=1.0 + calib * pred_Bn[:, index])
 
     def update(self, st: AutoState, drafted, choice: SizeChoice, committed_B, accepted_B,
                root_hit_B, live_B) -> AutoState:

@@ -53,6 +53,10 @@ class DecodeOutput(NamedTuple):
     # as ``decode(..., auto_state=...)`` to the next call of the same config so that it starts
     # from what these rounds measured instead of the optimistic default
     auto_state: AutoState | None = None
+    # budget="auto": the policy's expected tokens committed in each round when it chose the
+    # round's size (1 + calibration x the drafter's predicted accepted nodes; 1 at a plain
+    # step), NaN where no round; compare with accept_lengths (else None)
+    predicted_lengths: Float[Array, "B Y"] | None = None
 
     def mean_tau(self) -> jax.Array:
         """τ over the batch: tokens committed per round (per target forward), float32."""
@@ -211,4 +215,4 @@ def _outputs(final: LoopState, T: int, config: DecodeConfig) -> DecodeOutput:
         accept_lengths=final.taus_BY, num_rounds=final.rounds_B,
         logprobs=jnp.where(keep_BY, final.logp_BO[:, :Y], 0.0), draft_sizes=final.sizes_BY,
         features=None if final.feats_BWF is None else final.feats_BWF[:, :T + Y],
-        auto_state=final.auto)
+        auto_state=final.auto, predicted_lengths=final.expected_BY)

@@ -110,6 +110,8 @@ class RoundResult(NamedTuple):
     rows: RoundRows
     size_B: Int[Array, " B"]        # draft nodes verified (0 = a plain AR step)
     auto: AutoState | None         # the policy state after this round (budget="auto" only)
+    # budget="auto": the policy's expected tokens committed this round (1 at a plain step)
+    expected_B: Float[Array, " B"] | None = None
 
 
 class LoopState(NamedTuple):
@@ -135,6 +137,8 @@ class LoopState(NamedTuple):
     auto: AutoState | None = None   # policy state (budget="auto" only)
     stops_Be: Int[Array, "B e"] | None = None  # each row's own stop ids (-1 = none), besides
     #                                            config.stop_ids (decode's row_stop_ids)
+    expected_BY: Float[Array, "B Y"] | None = None  # budget="auto": the policy's expected
+    #                                 tokens committed in each round (NaN = no round)
 
 
 def first_state(pre, key, *, config: DecodeConfig, auto, stops_Be=None) -> LoopState:
@@ -161,7 +165,8 @@ def first_state(pre, key, *, config: DecodeConfig, auto, stops_Be=None) -> LoopS
                      done_B=done_B, rounds_B=jnp.zeros((B,), jnp.int32),
                      taus_BY=jnp.zeros((B, Y), jnp.int32),
                      sizes_BY=jnp.full((B, Y), -1, jnp.int32), key=key, feats_BWF=feats_BWF,
-                     auto=auto, stops_Be=stops_Be)
+                     auto=auto, stops_Be=stops_Be,
+                     expected_BY=None if auto is None else jnp.full((B, Y), jnp.nan, jnp.float32))
 
 
 
@@ -266,7 +271,8 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
     size_B = jnp.asarray(policy.sizes, jnp.int32)[choice.index] + jnp.zeros((B,), jnp.int32)
     with jax.named_scope(STAGE_COMMIT):
         cache = write_kept(inp.cache, rows, inp.start_B)
-    return RoundResult(cache=cache, rows=rows, size_B=size_B, auto=auto)
+    return RoundResult(cache=cache, rows=rows, size_B=size_B, auto=auto,
+                       expected_B=jnp.where(size_B > 0, choice.expected_B, 1.0))
 
 
 def sized_round(inp: RoundInput, draft: Draft, *, num_nodes: int, config: DecodeConfig, target,
@@ -274,9 +280,19 @@ def sized_round(inp: RoundInput, draft: Draft, *, num_nodes: int, config: Decode
     """What ``auto_round`` runs once it has picked ``num_nodes`` (static), without the policy:
     verify the first ``num_nodes`` nodes of ``draft`` reading the cache, keep, write the kept
     rows (the calibration times this per size)."""
+    B = inp.t0_B.shape[0]
+    if num_nodes == 0:
+        # a plain step: its one row written in place before the attention reads it, as in an
+        # ``ar`` round. Read-then-write (below) would let XLA write the kept row -- which does
+        # not depend on the logits here -- before the layer's read, so it copied every layer's
+        # cache twice each round (1.33 instead of 1.0x an ``ar`` step at batch 4, Zen 5);
+        # decode's auto loop writes after its size switch, which orders the write.
+        v = verify_and_keep(inp, draft, num_nodes=0, config=config, target=target,
+                            drafter=drafter)
+        return RoundResult(cache=v.cache, rows=v.rows, size_B=jnp.zeros((B,), jnp.int32),
+                           auto=None)
     v = verify_and_keep(inp, draft, num_nodes=num_nodes, config=config, target=target,
                         drafter=drafter, in_branch=True)
-    B = inp.t0_B.shape[0]
     return RoundResult(cache=write_kept(inp.cache, v.rows, inp.start_B), rows=v.rows,
                        size_B=jnp.full((B,), num_nodes, jnp.int32), auto=None)
 
@@ -320,7 +336,10 @@ def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next
         done_B=state.done_B | stop_B, rounds_B=state.rounds_B + (~state.done_B).astype(jnp.int32),
         taus_BY=state.taus_BY.at[rows_B, round_slot_B].set(n_new_B - state.n_B, mode="drop"),
         sizes_BY=state.sizes_BY.at[rows_B, round_slot_B].set(result.size_B, mode="drop"),
-        key=next_key, feats_BWF=feats_BWF, auto=result.auto, stops_Be=stops_Be)
+        key=next_key, feats_BWF=feats_BWF, auto=result.auto, stops_Be=stops_Be,
+        expected_BY=None if state.expected_BY is None else state.expected_BY.at[
+            rows_B, round_slot_B].set(1.0 if result.expected_B is None else result.expected_B,
+                                      mode="drop"))   # None: an auto loop of plain steps
 
 
 def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
