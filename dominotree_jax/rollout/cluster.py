@@ -5,7 +5,7 @@ In JAX's multi-controller runtime every process runs the same learner with its o
 and actor log-prob passes (``sharding_utils.shard_input``) but then slices it with the
 *local* batch's row range (``dest_prompt_tokens[batch_slice]``), so every process gets
 process 0's rows: with ``beta > 0`` the GRPO loss reads another process's reference
-log-probs (``tests/rl_cluster_multiprocess_worker.py --tunix-cluster``: after 2 steps 56 %
+log-probs (``tests/rl_cluster_multiprocess_worker.py --tunix-cluster``: after 2 steps 55 %
 of the policy's weights differ from a single process's). This subclass hands those passes
 the global batch in global row units and gives each process back its own rows
 (``placement.BatchPlacement``), as the rollout engine's ``generate`` and
