@@ -24,7 +24,6 @@ Usage: ``rl_cluster_multiprocess_worker.py PROCESS_ID PORT [--tunix-cluster]``. 
 
 from __future__ import annotations
 
-import functools
 import sys
 
 import jax
@@ -33,18 +32,17 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 from tunix.rl import rl_cluster as rl_cluster_lib  # noqa: E402
 from tunix.rl.grpo import grpo_learner  # noqa: E402
-from tunix.rl.rollout import base_rollout  # noqa: E402
 
-from dominotree_jax.rollout import DominoTreeRollout, TunixCausalLM  # noqa: E402
+from dominotree_jax.rollout import TunixCausalLM  # noqa: E402
 from dominotree_jax.rollout.cluster import MultiProcessRLCluster  # noqa: E402
-from dominotree_jax.sharding import DATA, make_mesh  # noqa: E402
+from dominotree_jax.sharding import make_mesh  # noqa: E402
 from decode_helpers import FAST_XLA  # noqa: E402
-from spec_fixtures import IntTokenizer, tiny_pair  # noqa: E402
+from rl_cluster_fixture import one_mesh_cluster  # noqa: E402
+from spec_fixtures import tiny_pair  # noqa: E402
 
 PAD = 0
 STEPS = [["3 17 5 9", "40 1", "5 12 40 2 2 7", "7"], ["9 9 1", "21 30 11", "60", "2 8 1 4"]]
@@ -61,19 +59,8 @@ def train(tcfg, dcfg, params, mesh, steps, cluster_class) -> list[np.ndarray]:
                      compiler_options=FAST_XLA)
     policy = TunixCausalLM.from_params(tcfg, params["target"], PAD)
     reference = TunixCausalLM.from_params(tcfg, jax.tree.map(jnp.copy, params["target"]), PAD)
-    Role = rl_cluster_lib.Role
-    cluster = cluster_class(
-        actor=policy, reference=reference, tokenizer=IntTokenizer(),
-        cluster_config=rl_cluster_lib.ClusterConfig(
-            role_to_mesh={Role.ACTOR: mesh, Role.REFERENCE: mesh, Role.ROLLOUT: mesh},
-            rollout_engine=functools.partial(DominoTreeRollout,
-                                             drafter_params=params["drafter"], **engine_kw),
-            training_config=rl_cluster_lib.RLTrainingConfig(
-                actor_optimizer=optax.adam(3e-2), eval_every_n_steps=100, max_steps=4,
-                data_sharding_axis=(DATA,)),
-            rollout_config=base_rollout.RolloutConfig(
-                max_tokens_to_generate=4, max_prompt_length=8, temperature=0.9, top_p=1.0,
-                seed=11)))
+    cluster = one_mesh_cluster(cluster_class, policy, reference, mesh, params["drafter"],
+                               engine_kw, new_tokens=4, seed=11)
     learner = grpo_learner.GRPOLearner(
         rl_cluster=cluster, reward_fns=reward,
         algo_config=grpo_learner.GRPOConfig(num_generations=2, num_iterations=2, beta=0.04))

@@ -12,13 +12,11 @@ non-zero on a failure.
 
 from __future__ import annotations
 
-import functools
 import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 from tunix.rl import rl_cluster as rl_cluster_lib
@@ -28,6 +26,7 @@ from tunix.rl.rollout import base_rollout
 from dominotree_jax.rollout import DominoTreeRollout, TunixCausalLM
 from dominotree_jax.sharding import DATA, make_mesh, shard_params
 from decode_helpers import FAST_XLA
+from rl_cluster_fixture import one_mesh_cluster
 from sharding_worker import wide_pair
 from spec_fixtures import IntTokenizer
 
@@ -82,18 +81,8 @@ def main():
     reference = TunixCausalLM.from_params(
         tcfg, shard_params({"target": jax.tree.map(jnp.copy, params["target"])},
                            mesh)["target"], PAD)
-    Role = rl_cluster_lib.Role
-    cluster = rl_cluster_lib.RLCluster(
-        actor=policy, reference=reference, tokenizer=IntTokenizer(),
-        cluster_config=rl_cluster_lib.ClusterConfig(
-            role_to_mesh={Role.ACTOR: mesh, Role.REFERENCE: mesh, Role.ROLLOUT: mesh},
-            rollout_engine=functools.partial(DominoTreeRollout,
-                                             drafter_params=sharded["drafter"], **engine_kw),
-            training_config=rl_cluster_lib.RLTrainingConfig(
-                actor_optimizer=optax.adam(3e-2), eval_every_n_steps=100, max_steps=4,
-                data_sharding_axis=(DATA,)),
-            rollout_config=base_rollout.RolloutConfig(
-                max_tokens_to_generate=NEW, max_prompt_length=8, temperature=0.9, top_p=1.0)))
+    cluster = one_mesh_cluster(rl_cluster_lib.RLCluster, policy, reference, mesh,
+                               sharded["drafter"], engine_kw, new_tokens=NEW)
     engine = cluster.rollout
     start = [np.asarray(x) for x in leaves(cluster.actor_trainer.model)]
     learner = grpo_learner.GRPOLearner(
