@@ -29,7 +29,8 @@ The policy, all of it inside the jitted loop (``AutoState`` is part of the loop 
    and again when the drafter changes. The draft cost is already paid, so the size maximising
    the round's surplus ``sum_rows E(n) - rho * rows * verify_cost(n)`` is the one that
    maximises the long-run rate ``rho`` (Dinkelbach); ``rho = max(AR rate, rate)``. One size
-   serves the whole batch.
+   serves the whole batch. Each row's ``E(n)`` of the chosen size goes out as
+   ``DecodeOutput.predicted_lengths`` (1 at a plain step), to compare with what was committed.
 """
 
 from __future__ import annotations
