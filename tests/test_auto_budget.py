@@ -411,16 +411,12 @@ def test_calibration_measures_a_usable_table(tmp_path, monkeypatch):
     assert _cfg(tcfg, dcfg, "dflash", auto_costs=None).auto_costs == costs.default_tables()
 
 
-def _cache_copies(params, cfg, B, T):
-    """``copy`` ops of one cache layer's shape in the compiled decode: (in loops, in entry)."""
+def _layer_copies(hlo: str, B, tcfg, S):
+    """``copy`` ops of one cache layer's shape ``[B, K, S, D]`` in compiled ``hlo``: (in the
+    entry's callees -- loops --, in the entry)."""
     import re
-    hlo = jax.jit(decode_fn, static_argnames="config", compiler_options=FAST_XLA).lower(
-        params, jax.ShapeDtypeStruct((B, T), jnp.int32), config=cfg,
-        prompt_lengths=jax.ShapeDtypeStruct((B,), jnp.int32)).compile().as_text()
-    S = T + cfg.max_new_tokens + cfg.num_draft_nodes + 1
-    tc = cfg.target
     pattern = re.compile(r"=\s*f32\[%d,%d,%d,%d\]\{[^}]*\}\s+copy\(" % (
-        B, tc.num_key_value_heads, S, tc.head_dim))
+        B, tcfg.num_key_value_heads, S, tcfg.head_dim))
     loop = entry = 0
     is_entry = False
     for line in hlo.splitlines():
@@ -432,12 +428,20 @@ def _cache_copies(params, cfg, B, T):
     return loop, entry
 
 
+def _cache_copies(params, cfg, B, T):
+    """``copy`` ops of one cache layer's shape in the compiled decode: (in loops, in entry)."""
+    hlo = jax.jit(decode_fn, static_argnames="config", compiler_options=FAST_XLA).lower(
+        params, jax.ShapeDtypeStruct((B, T), jnp.int32), config=cfg,
+        prompt_lengths=jax.ShapeDtypeStruct((B,), jnp.int32)).compile().as_text()
+    S = T + cfg.max_new_tokens + cfg.num_draft_nodes + 1
+    return _layer_copies(hlo, B, cfg.target, S)
+
+
 @pytest.mark.parametrize("rows", [1, 3])
 def test_the_calibrated_rounds_never_copy_the_cache(rows):
     """The calibration times auto's rounds outside the size switch (``round.sized_round``);
     its plain step once copied every layer's cache each round (XLA wrote the kept row before
     the attention read it), pricing a plain step at 1.33 ``ar`` steps at batch 4."""
-    import re
     import dominotree_jax as dj
     from dominotree_jax.calibrate import RoundPrograms
     tcfg, dcfg, params = tiny_pair(block_size=4)
@@ -446,14 +450,7 @@ def test_the_calibrated_rounds_never_copy_the_cache(rows):
     progs = RoundPrograms(pair, B, context, 2, max_rows)
     loop, args = progs._verify_fn(rows, plain_ar=False)
     hlo = jax.jit(loop).lower(*args).compile().as_text()
-    S = context + max_rows + 8
-    layer = re.compile(r"=\s*f32\[%d,%d,%d,%d\]\{[^}]*\}\s+copy\(" % (
-        B, tcfg.num_key_value_heads, S, tcfg.head_dim))
-    in_loop, is_entry = 0, False
-    for line in hlo.splitlines():
-        if not line.startswith(" ") and line.rstrip().endswith("{"):
-            is_entry = line.startswith("ENTRY")
-        in_loop += bool(layer.search(line)) and not is_entry
+    in_loop, _ = _layer_copies(hlo, B, tcfg, context + max_rows + 8)
     assert in_loop == 0, f"{in_loop} cache-layer copies inside the calibrated {rows}-row loop"
 
 
