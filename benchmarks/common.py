@@ -26,6 +26,8 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
         "auto_view": "bf16 budget='auto' with and without the float32 view of its plain steps",
         "temperature_accept": "how far auto's acceptance model is off at T 0..1 (the "
                               "calibration factor it learns)",
+        "auto_rows": "auto + lookup on mixed batches (copy-edit and chat rows): per-row "
+                     "calibration vs one for the batch, and ar",
         "bf16_host": "auto + lookup on bf16 weights (float32 plain steps) vs float32 ar, in "
                      "one process, per set incl. copyedit",
         "draft_window": "tau and tokens/s against prompt length, with and without a drafter "

@@ -352,8 +352,54 @@ def test_size_choice_follows_expected_tokens_per_cost():
     assert int(policy.choose(state, draft_of(mixed), jnp.array([True, False])).index) == 3
     assert int(policy.choose(state, draft_of(mixed), jnp.array([False, True])).index) == 0
     # calibration: a drafter right 0.4x as often as it claims keeps only its first 2 nodes
-    half = state._replace(pred=jnp.float32(2.5), real=jnp.float32(1.0))
+    half = policy.init(state._replace(pred=jnp.float32(2.5), real=jnp.float32(1.0)))
     assert policy.sizes[int(policy.choose(half, draft_of(probs), live).index)] == 2
+
+
+def test_each_row_counts_with_its_own_calibration():
+    """Rows start a call at the batch's calibration, then follow their own accepted nodes; the
+    size serves the rows that accept: the same draft swapped between the rows changes it."""
+    tcfg, dcfg, _ = tiny_pair(block_size=8)
+    cfg = _cfg(tcfg, dcfg, "ddtree", auto_sizes=(0, 2, 4, 8),
+               auto_costs=CostTable(verify=((1, 1.0), (9, 2.6))))
+    policy = AutoPolicy(cfg, batch=2)
+    carried = policy.init()._replace(pred=jnp.float32(2.0), real=jnp.float32(1.0))
+    state = policy.init(carried)
+    np.testing.assert_allclose(policy.row_calibration(state), [0.5, 0.5])
+    N = 8
+    p_BN = jnp.array([[0.9] * N, [0.9] * N], jnp.float32)
+    draft = Draft(jnp.zeros((2, N), jnp.int32), jnp.full((2, N), -1, jnp.int32),
+                  jnp.zeros((2, N), jnp.int32), p_BN > 0, jnp.ones((2, N + 1, N + 1), bool),
+                  jnp.log(p_BN))
+    live = jnp.array([True, True])
+    choice = policy.choose(state, draft, live)
+    # row 0 accepted every node it was offered for 10 rounds, row 1 none
+    for _ in range(10):
+        state = policy.update(state, jnp.bool_(True), choice,
+                              committed_B=jnp.array([9, 1]), accepted_B=jnp.array([8, 0]),
+                              root_hit_B=jnp.array([True, False]), live_B=live)
+    c_B = np.asarray(policy.row_calibration(state))
+    assert c_B[0] > 0.9 and c_B[1] < 0.1
+    batch_c = float(policy.calibration(state))
+    assert c_B[1] < batch_c < c_B[0]
+    def with_probs(rows):
+        p = jnp.asarray(rows, jnp.float32)
+        return draft._replace(valid_BN=p > 0, scores_BN=jnp.log(p))
+    good_row0 = with_probs([[1.0] * N, [0.02] * N])
+    good_row1 = with_probs([[0.02] * N, [1.0] * N])
+    big = policy.choose(state, good_row0, live)
+    small = policy.choose(state, good_row1, live)
+    assert policy.sizes[int(big.index)] == 8 and policy.sizes[int(small.index)] == 0
+    assert float(big.expected_B[0]) > 8 and float(big.expected_B[1]) < 1.1
+    # a done row's calibration is left as it was
+    after = policy.update(state, jnp.bool_(True), big, committed_B=jnp.array([1, 9]),
+                          accepted_B=jnp.array([0, 8]), root_hit_B=jnp.array([False, True]),
+                          live_B=jnp.array([True, False]))
+    np.testing.assert_allclose(after.row_real[1], state.row_real[1])
+    assert float(after.row_real[0]) < float(state.row_real[0])
+    # the next call's rows start again from the batch's calibration
+    np.testing.assert_allclose(policy.row_calibration(policy.init(state)),
+                               [policy.calibration(state)] * 2, rtol=1e-6)
 
 
 def test_default_costs_grow_with_the_batch_and_large_batches_never_draft():

@@ -28,9 +28,18 @@ The policy, all of it inside the jitted loop (``AutoState`` is part of the loop 
    children); it starts at ``CALIB_PRIOR`` (drafters are overconfident, at every temperature)
    and again when the drafter changes. The draft cost is already paid, so the size maximising
    the round's surplus ``sum_rows E(n) - rho * rows * verify_cost(n)`` is the one that
-   maximises the long-run rate ``rho`` (Dinkelbach); ``rho = max(AR rate, rate)``. One size
-   serves the whole batch. Each row's ``E(n)`` of the chosen size goes out as
-   ``DecodeOutput.predicted_lengths`` (1 at a plain step), to compare with what was committed.
+   maximises the long-run rate ``rho`` (Dinkelbach); ``rho = max(AR rate, rate)``. Each row's
+   ``E(n)`` of the chosen size goes out as ``DecodeOutput.predicted_lengths`` (1 at a plain
+   step), to compare with what was committed.
+3. Rows on their own: ``c`` is kept per row as well (``row_pred``/``row_real``, and the same for
+   lookup-only rounds), started each call from the batch's ``c`` and then following that row's
+   own accepted / predicted nodes, so a row that keeps accepting counts with its larger ``c``
+   and one that does not with its smaller one in ``sum_rows E(n)``. The rows' surpluses add up
+   to the batch's, and within fixed shapes every row pays for the largest size verified, so one
+   size serves the batch and each row verifies all of its nodes (a row cut to a smaller subtree
+   would save no compute and lose expected tokens); a row that does not accept commits one
+   token, as a plain step would. The batch-level EMAs are what a next call starts from (its rows
+   are new texts).
 """
 
 from __future__ import annotations
@@ -87,7 +96,7 @@ def check_sizes(sizes, method: str, num_draft_positions: int) -> tuple[int, ...]
 
 
 class AutoState(NamedTuple):
-    """Policy state in the decode loop carry (all scalars)."""
+    """Policy state in the decode loop carry (scalars, and ``[B]`` per-row calibrations)."""
     rate: Float[Array, ""]  # EMA of tokens per row per AR step delivered by drafted rounds
     pred: Float[Array, ""]  # EMA of predicted accepted nodes (drafter's own scores)
     real: Float[Array, ""]  # EMA of accepted nodes
@@ -97,6 +106,12 @@ class AutoState(NamedTuple):
     # calibration of the lookup table's scores on this text (None in states from before them)
     lpred: Float[Array, ""] | None = None
     lreal: Float[Array, ""] | None = None
+    # the same calibration EMAs per row (module docstring, 3), reset from the batch's at each
+    # call's start: drafted rounds, then lookup-only ones
+    row_pred: Float[Array, " B"] | None = None
+    row_real: Float[Array, " B"] | None = None
+    row_lpred: Float[Array, " B"] | None = None
+    row_lreal: Float[Array, " B"] | None = None
 
 
 class SizeChoice(NamedTuple):
@@ -111,6 +126,7 @@ class AutoPolicy:
     """The static side of the policy for one config and batch size (``B``)."""
 
     def __init__(self, config, batch: int):
+        self.batch = batch
         self.sizes = config.size_options
         table = table_for_batch(config.auto_costs, batch)
         self.verify_costs = tuple(table.verify_cost(n + 1) for n in self.sizes)
@@ -134,7 +150,8 @@ class AutoPolicy:
             for n, v in zip(self.sizes[1:], self.verify_costs[1:]))
 
     def init(self, carried: AutoState | None = None) -> AutoState:
-        """The optimistic start, or a previous call's final state (``carried``)."""
+        """The optimistic start, or a previous call's final state (``carried``); the per-row
+        calibrations start from the batch's either way (a call's rows are new texts)."""
         f32, i32 = jnp.float32, jnp.int32
         if carried is not None:
             if not isinstance(carried, AutoState):
@@ -142,13 +159,18 @@ class AutoPolicy:
                                  f"{type(carried).__name__}")
             types = dict(rate=f32, pred=f32, real=f32, since=i32, gap=i32, lpred=f32,
                          lreal=f32)
-            return AutoState(**{name: jnp.asarray(1.0 if getattr(carried, name) is None
-                                                  else getattr(carried, name), t).reshape(())
-                                for name, t in types.items()})
-        return AutoState(rate=jnp.asarray(RATE_START * self.ar_rate, f32),
-                         pred=jnp.ones((), f32), real=jnp.full((), CALIB_PRIOR, f32),
-                         since=jnp.zeros((), i32), gap=jnp.asarray(self.probe_every, i32),
-                         lpred=jnp.ones((), f32), lreal=jnp.ones((), f32))
+            st = AutoState(**{name: jnp.asarray(1.0 if getattr(carried, name) is None
+                                                else getattr(carried, name), t).reshape(())
+                              for name, t in types.items()})
+        else:
+            st = AutoState(rate=jnp.asarray(RATE_START * self.ar_rate, f32),
+                           pred=jnp.ones((), f32), real=jnp.full((), CALIB_PRIOR, f32),
+                           since=jnp.zeros((), i32), gap=jnp.asarray(self.probe_every, i32),
+                           lpred=jnp.ones((), f32), lreal=jnp.ones((), f32))
+        # each row starts with one predicted node's weight at the batch's calibration
+        ones_B = jnp.ones((self.batch,), f32)
+        return st._replace(row_pred=ones_B, row_real=ones_B * self.calibration(st),
+                           row_lpred=ones_B, row_lreal=ones_B * self.calibration(st, True))
 
     def wants_draft(self, st: AutoState):
         if not self.can_pay:
@@ -160,6 +182,11 @@ class AutoPolicy:
         real, pred = (st.lreal, st.lpred) if lookup else (st.real, st.pred)
         return jnp.clip(real / jnp.maximum(pred, 1e-6), 0.0, CALIB_MAX)
 
+    def row_calibration(self, st: AutoState, lookup: bool = False):
+        """``[B]``: each row's own realised / predicted accepted nodes."""
+        real, pred = (st.row_lreal, st.row_lpred) if lookup else (st.row_real, st.row_pred)
+        return jnp.clip(real / jnp.maximum(pred, 1e-6), 0.0, CALIB_MAX)
+
     def choose(self, st: AutoState, draft, live_B, lookup: bool = False) -> SizeChoice:
         """The size maximising the batch's expected surplus (see the module docstring).
         ``lookup``: a lookup-only draft, calibrated by the lookup rounds' own record."""
@@ -168,14 +195,14 @@ class AutoPolicy:
         pred_Bn = cum_BN[:, jnp.asarray(self.sizes)]
         live_B = live_B.astype(jnp.float32)
         rows = jnp.maximum(live_B.sum(), 1.0)
-        calib = self.calibration(st, lookup)
-        gain_n = jnp.sum(live_B[:, None] * (1.0 + calib * pred_Bn), axis=0)
+        calib_B = self.row_calibration(st, lookup)
+        gain_n = jnp.sum(live_B[:, None] * (1.0 + calib_B[:, None] * pred_Bn), axis=0)
         rho = jnp.maximum(self.ar_rate, st.rate)
         surplus_n = gain_n - rho * rows * jnp.asarray(self.verify_costs, jnp.float32)
         index = jnp.argmax(surplus_n).astype(jnp.int32)   # ties: the smaller size
         root_mass_B = jnp.sum(jnp.where(draft.parents_BN < 0, p_BN, 0.0), axis=1)
         return SizeChoice(index=index, predicted_B=pred_Bn[:, index], root_mass_B=root_mass_B,
-                          expected_B=1.0 + calib * pred_Bn[:, index])
+                          expected_B=1.0 + calib_B * pred_Bn[:, index])
 
     def update(self, st: AutoState, drafted, choice: SizeChoice, committed_B, accepted_B,
                root_hit_B, live_B) -> AutoState:
@@ -188,27 +215,34 @@ class AutoPolicy:
         realized = jnp.sum(live_B * committed_B.astype(f32)) / (rows * cost)
         rate = (1 - RATE_ALPHA) * st.rate + RATE_ALPHA * realized
         size0 = choice.index == 0
-        real = jnp.sum(live_B * jnp.where(size0, root_hit_B.astype(f32), accepted_B.astype(f32)))
-        pred = jnp.sum(live_B * jnp.where(size0, choice.root_mass_B, choice.predicted_B))
+        live = live_B > 0
+        a = CALIB_ALPHA
+
+        def ema(old_B, new_B):   # the live rows' per-row EMAs; a done row keeps its own
+            return jnp.where(live, (1 - a) * old_B + a * new_B, old_B)
+
+        real_B = jnp.where(size0, root_hit_B.astype(f32), accepted_B.astype(f32))
+        pred_B = jnp.where(size0, choice.root_mass_B, choice.predicted_B)
+        real, pred = jnp.sum(live_B * real_B), jnp.sum(live_B * pred_B)
         max_gap = MAX_GAP_FACTOR * self.probe_every
         probe = st.rate < self.ar_rate   # drafted only because the gap ran out
         gap = jnp.where((rate < self.ar_rate) & probe, jnp.minimum(2 * st.gap, max_gap),
                         self.probe_every)
-        new = AutoState(rate=rate, pred=(1 - CALIB_ALPHA) * st.pred + CALIB_ALPHA * pred,
-                        real=(1 - CALIB_ALPHA) * st.real + CALIB_ALPHA * real,
-                        since=jnp.zeros_like(st.since), gap=gap.astype(jnp.int32),
-                        lpred=st.lpred, lreal=st.lreal)
+        new = st._replace(rate=rate, pred=(1 - a) * st.pred + a * pred,
+                          real=(1 - a) * st.real + a * real,
+                          since=jnp.zeros_like(st.since), gap=gap.astype(jnp.int32),
+                          row_pred=ema(st.row_pred, pred_B), row_real=ema(st.row_real, real_B))
         skipped = st._replace(since=st.since + 1)
         if self.lookup_can_pay:   # a lookup-only round that verified nodes: its calibration
             looked = (~drafted) & ~size0
-            lp = jnp.sum(live_B * choice.predicted_B)
-            la = jnp.sum(live_B * accepted_B.astype(f32))
+            lp_B, la_B = choice.predicted_B, accepted_B.astype(f32)
+            lp, la = jnp.sum(live_B * lp_B), jnp.sum(live_B * la_B)
             skipped = skipped._replace(
-                lpred=jnp.where(looked, (1 - CALIB_ALPHA) * st.lpred + CALIB_ALPHA * lp,
-                                st.lpred),
-                lreal=jnp.where(looked, (1 - CALIB_ALPHA) * st.lreal + CALIB_ALPHA * la,
-                                st.lreal))
-        return jax.tree.map(lambda a, b: jnp.where(drafted, a, b), new, skipped)
+                lpred=jnp.where(looked, (1 - a) * st.lpred + a * lp, st.lpred),
+                lreal=jnp.where(looked, (1 - a) * st.lreal + a * la, st.lreal),
+                row_lpred=jnp.where(looked, ema(st.row_lpred, lp_B), st.row_lpred),
+                row_lreal=jnp.where(looked, ema(st.row_lreal, la_B), st.row_lreal))
+        return jax.tree.map(lambda x, y: jnp.where(drafted, x, y), new, skipped)
 
 
 def probe_next(st: AutoState) -> AutoState:
