@@ -135,6 +135,26 @@ def test_identical_to_ar_at_temperature_zero(method, kw):
     assert float(out.mean_tau()) > 1.0   # this target repeats itself: copies get accepted
 
 
+@pytest.mark.parametrize("budget", [12, "auto"])
+def test_lookup_paths_reach_deeper_than_the_drafters_block(budget):
+    """In a tree, lookup paths of ``lookup_length`` > the drafter's ``J`` tokens: a round on a
+    text that repeats itself commits more than ``J + 1`` tokens, identical to ``ar``."""
+    tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
+    J = dcfg.num_draft_positions
+    prompt = jnp.asarray(np.tile(PROMPT[:7], 4))
+    ref = _ar(tcfg, dcfg, params, prompt, 40)
+    kw = dict(auto_costs=CostTable(verify=((1, 1.0), (17, 1.2)), source="test"),
+              auto_sizes=(0, 4, 12)) if budget == "auto" else {}
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", max_new_tokens=40,
+                       budget=budget, node_topk=3, top_m=8, lookup=2, lookup_length=10, **kw)
+    assert cfg.draft_depth == 10 > J and cfg.max_depth == 10
+    out = jdecode(params, prompt, config=cfg)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    assert int(np.asarray(out.accept_lengths).max()) > J + 1
+    chain = DecodeConfig(target=tcfg, drafter=dcfg, method="domino", lookup=2, lookup_length=10)
+    assert chain.draft_depth == J   # a chain's lookup path stays within its rows
+
+
 def test_batches_and_stop_ids_with_lookup():
     tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
     prompts = np.stack([PROMPT, np.roll(PROMPT, 3), PROMPT[::-1].copy()])

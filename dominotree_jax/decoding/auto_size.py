@@ -146,7 +146,7 @@ class AutoPolicy:
         # lookup paths, which cost no drafter pass
         self.lookup = bool(config.lookup)
         self.lookup_can_pay = self.lookup and any(
-            (1 + PLAUSIBLE_ACCEPT * min(n, J)) / v > self.ar_rate
+            (1 + PLAUSIBLE_ACCEPT * min(n, config.draft_depth)) / v > self.ar_rate
             for n, v in zip(self.sizes[1:], self.verify_costs[1:]))
 
     def init(self, carried: AutoState | None = None) -> AutoState:

@@ -65,7 +65,7 @@ class DecodeConfig:
     # lookup drafting (decoding/lookup.py): K continuations copied from the prompt and the
     # text so far join every round's draft (0 = off; method "lookup" takes 4 when 0); matches
     # of lookup_ngram = (min, max) tokens, longest first, starting inside the last
-    # lookup_window positions; paths of lookup_length tokens (at most the drafter's depth);
+    # lookup_window positions; paths of lookup_length tokens (a chain's: at most its depth);
     # lookup_accept: P(depth d accepted | earlier accepted) per matched n (rows) and depth
     # (columns), the scores that rank lookup nodes against the drafter's (None: measured
     # default, lookup.DEFAULT_ACCEPT)
@@ -193,11 +193,15 @@ class DecodeConfig:
 
     @property
     def draft_depth(self) -> int:
-        """``J``: the deepest draft node's depth + 1 (the drafter's block; ``lookup_length``
-        without a drafter)."""
+        """``J``: the deepest draft node's depth + 1: the drafter's block, or ``lookup_length``
+        when lookup paths may reach deeper (a tree method, or no drafter); a chain keeps its
+        block (the lookup path replaces the chain in its rows)."""
         if self.method == "lookup":
             return self.lookup_length
-        return self.drafter.num_draft_positions
+        J = self.drafter.num_draft_positions
+        if self.lookup and self.method in TREE_METHODS:
+            return max(J, self.lookup_length)
+        return J
 
     def replace(self, **kw) -> "DecodeConfig":
         return dataclasses.replace(self, **kw)
