@@ -117,13 +117,14 @@ def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
     stopped after train step 1 (``stop_after``: tunix's final forced save), then crashed after
     writing the last step's row, before its update (checkpoint 2 is the newest; the CSV row of
     step 2 is dropped), then finished: the same CSV figures and final policy as one
-    uninterrupted run."""
+    uninterrupted run (its ``--out`` a relative path)."""
     pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
     grpo = _load_grpo()
     kw = dict(model="tiny", arms=("auto+refresh",), steps=3, prompts=2, group=2, max_new=6,
               ckpt_every=2, ckpt_keep=1)
     one, two = tmp_path / "one", tmp_path / "two"
-    assert grpo.main(**kw, out=str(one), save_dir=str(one / "pol")) == {"auto+refresh": 3}
+    monkeypatch.chdir(tmp_path)   # a relative --out (orbax itself wants absolute paths)
+    assert grpo.main(**kw, out="one", save_dir="one/pol") == {"auto+refresh": 3}
     assert grpo.main(**kw, out=str(two), stop_after=1) == {"auto+refresh": 1}
 
     class Crash(Exception):

@@ -4,12 +4,13 @@ speed, and ``budget="auto"``'s plain steps run on their float32 view (as fast as
 ``ar``), so auto + lookup on bf16 weights is the configuration to beat float32 ``ar`` with.
 
     python -m benchmarks methods bf16_host [--prompts 3] [--new 128] [--lookup 4]
-        [--datasets humaneval,mtbench,math500,copyedit]
+        [--datasets humaneval,mtbench,math500,copyedit] [--lookup-lengths 8,16]
 
 Runs, each one jitted ``decode`` compiled once and used on every prompt (batch 1, T 0, prompts
 right-padded to one bucket that holds the longest): float32 ``ar`` (the reference), bf16
 ``ar``, bf16 DominoTree auto, bf16 DominoTree + lookup auto, float32 DominoTree + lookup
-auto, bf16 ``lookup`` at budget 16. Prints tokens/s per dataset, x float32 ``ar``, tau and
+auto, bf16 ``lookup`` at budget 16 (and bf16 DominoTree + lookup auto with each further
+``--lookup-lengths``). Prints tokens/s per dataset, x float32 ``ar``, tau and
 the plain-step share, and whether each run's tokens equal its reference's: float32 ``ar``'s for
 float32 runs (always, or it is a bug); bf16 ``ar``'s for bf16 runs, from which a many-row bf16
 verify may part at near-ties (docs/precision.md). Pause other CPU work while it runs.
@@ -35,6 +36,9 @@ def main(argv=None):
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--lookup", type=int, default=4, help="lookup paths per round")
     ap.add_argument("--method", default="dominotree")
+    ap.add_argument("--lookup-lengths", default="8",
+                    help="lookup path lengths of the bf16 auto + lookup run (e.g. 8,16: one "
+                         "row each; the first is every other lookup run's)")
     args = ap.parse_args(argv)
 
     from dominotree_jax.measure import eval_prompts
@@ -47,16 +51,21 @@ def main(argv=None):
     longest = max(len(p) for ps in prompts.values() for p in ps)
     width = -(-longest // 128) * 128   # one bucket holds every prompt whole
     kw = dict(max_new_tokens=args.new, stop_ids=())
-    m, look = args.method, dict(lookup=args.lookup)
+    lengths = [int(x) for x in args.lookup_lengths.split(",")]
+    m, look = args.method, dict(lookup=args.lookup, lookup_length=lengths[0])
     runs = [  # (label, pair, config, the run whose tokens it must equal)
         ("float32 ar", pair32, pair32.config("ar", **kw), None),
         ("bf16 ar", pair16, pair16.config("ar", **kw), None),
         (f"bf16 {m} auto", pair16, pair16.config(m, budget="auto", **kw), "bf16 ar"),
         (f"bf16 {m}+lookup auto", pair16, pair16.config(m, budget="auto", **look, **kw),
          "bf16 ar"),
+        *[(f"bf16 {m}+lookup auto, paths of {n}", pair16,
+           pair16.config(m, budget="auto", **{**look, "lookup_length": n}, **kw), "bf16 ar")
+          for n in lengths[1:]],
         (f"float32 {m}+lookup auto", pair32, pair32.config(m, budget="auto", **look, **kw),
          "float32 ar"),
-        ("bf16 lookup, budget 16", pair16, pair16.config("lookup", budget=16, **kw), "bf16 ar"),
+        ("bf16 lookup, budget 16", pair16, pair16.config("lookup", budget=16, **look, **kw),
+         "bf16 ar"),
     ]
     results = {}
     for label, pair, cfg, _ in runs:
@@ -68,7 +77,7 @@ def main(argv=None):
           f"(bf16 units: {bf16_units() or 'none'}), {jax.devices()[0].platform}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"{args.prompts} prompts per set x {args.new} new tokens, T 0, batch 1, prompt "
-          f"bucket {width}; lookup {args.lookup} paths\n")
+          f"bucket {width}; lookup {args.lookup} paths of {lengths[0]}\n")
     sets = list(prompts)
     print("| run | " + " | ".join(sets) + " | tokens equal the reference's |")
     print("|---|" + "---:|" * len(sets) + "---|")

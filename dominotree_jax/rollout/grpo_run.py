@@ -242,6 +242,8 @@ def run_arm(task: ArmTask, arm: str, settings: ArmSettings, csv_path: str,
     from tunix.rl.grpo import grpo_learner
 
     s = settings
+    if ckpt_root is not None:   # orbax refuses relative checkpoint paths
+        ckpt_root = os.path.abspath(ckpt_root)
     if ckpt_every < 1 or ckpt_keep < 1:
         raise ValueError(f"ckpt_every and ckpt_keep must be >= 1, got {ckpt_every}, "
                          f"{ckpt_keep}")
