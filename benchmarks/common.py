@@ -52,6 +52,8 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
         "products": "float32 vs bf16 matrix products at the target's shapes (the precision "
                     "choice)",
         "xla_flags": "single-stream ar tokens/s under XLA:CPU flag sets",
+        "sampling": "the verify's sampling: Gumbel categorical vs inverse-CDF draw, argmax "
+                    "forms, alone and behind the LM head",
         "slot_step": "data collection's slot-refill AR step: cache pass as dots or fused, per "
                      "precision",
         "hlo_step_dots": "the products and weight upcasts one compiled step holds (no timing)",

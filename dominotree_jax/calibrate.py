@@ -168,10 +168,11 @@ class RoundPrograms:
         def loop(params, plain_params, ctx, t0_B, start_B):
             target, drafter = self._bind(params, config)
             head_target, _ = self._bind(plain_params, config)
+            head_rows_CH = drafter.head_rows(target)   # as decode: gathered before its loop
 
             def body(i, acc):
                 d = draft_round(config, target, drafter, ctx, (t0_B + i) % 7, start_B,
-                                head_target=head_target)
+                                head_target=head_target, head_rows_CH=head_rows_CH)
                 return acc + d.tokens_BN.sum() + d.scores_BN.sum()
 
             return jax.lax.fori_loop(0, self.rounds, body, jnp.zeros((), jnp.float32))

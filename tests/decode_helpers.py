@@ -58,8 +58,8 @@ def lookup_drafter(table_SVJ):
     """Patch ``Drafter.draft``: where the table has a guess, it dominates the base logits."""
     original = Drafter.draft
 
-    def draft(self, target, ctx, t0_B, start_B):
-        z, base_BJV = original(self, target, ctx, t0_B, start_B)
+    def draft(self, target, ctx, t0_B, start_B, head_rows_CH=None):
+        z, base_BJV = original(self, target, ctx, t0_B, start_B, head_rows_CH)
         guess_BJ = table_SVJ[jnp.clip(start_B, 0, table_SVJ.shape[0] - 1), t0_B]
         hot_BJV = jax.nn.one_hot(guess_BJ, base_BJV.shape[-1]) * 30.0  # -1 → all zeros
         return z, jnp.where((guess_BJ >= 0)[..., None], base_BJV * 0.01 + hot_BJV, base_BJV)

@@ -38,8 +38,8 @@ def scripted_drafter(continuation, wrong: bool = False):
     seq = jnp.asarray(continuation, jnp.int32)
     original = Drafter.draft
 
-    def draft(self, target, ctx, t0_B, start_B):
-        z, base = original(self, target, ctx, t0_B, start_B)
+    def draft(self, target, ctx, t0_B, start_B, head_rows_CH=None):
+        z, base = original(self, target, ctx, t0_B, start_B, head_rows_CH)
         J, V = base.shape[1], base.shape[2]
         idx = jnp.clip(start_B[:, None] + 1 + jnp.arange(J)[None], 0, seq.shape[0] - 1)
         sign = -1.0 if wrong else 1.0

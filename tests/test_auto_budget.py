@@ -3,9 +3,11 @@ target's distribution at T=1), falls back to plain steps with a useless drafter,
 largest size with an oracle, and compiles once per config."""
 
 import contextlib
+import dataclasses
 import json
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ from dominotree_jax.decoding import auto_size, costs
 from dominotree_jax.decoding.auto_size import AutoPolicy
 from dominotree_jax.decoding.costs import CostTable
 from dominotree_jax.decoding.draft import Draft
-from dominotree_jax.model.drafter import Drafter
+from dominotree_jax.model.drafter import Drafter, init_drafter_params
 from spec_fixtures import first_tokens_chi_square_p, scripted_drafter, tiny_pair
 
 METHODS = ("dflash", "domino", "ddtree", "dominotree")
@@ -48,9 +50,9 @@ class DraftCounter:
         self.original = Drafter.draft
         counter = self
 
-        def draft(drafter, target, ctx, t0_B, start_B):
+        def draft(drafter, target, ctx, t0_B, start_B, head_rows_CH=None):
             jax.debug.callback(counter._bump)
-            return counter.original(drafter, target, ctx, t0_B, start_B)
+            return counter.original(drafter, target, ctx, t0_B, start_B, head_rows_CH)
 
         Drafter.draft = draft
         return self
@@ -68,8 +70,8 @@ def honest_lookup_drafter(table_SVJ):
     its scores say how far its chain will be right: the sizes then change from round to round."""
     original = Drafter.draft
 
-    def draft(self, target, ctx, t0_B, start_B):
-        z, base_BJV = original(self, target, ctx, t0_B, start_B)
+    def draft(self, target, ctx, t0_B, start_B, head_rows_CH=None):
+        z, base_BJV = original(self, target, ctx, t0_B, start_B, head_rows_CH)
         guess_BJ = table_SVJ[jnp.clip(start_B, 0, table_SVJ.shape[0] - 1), t0_B]
         hot_BJV = jax.nn.one_hot(guess_BJ, base_BJV.shape[-1]) * 30.0  # -1 → all zeros
         return z, base_BJV * 0.01 + hot_BJV
@@ -539,3 +541,79 @@ def test_a_changed_drafter_is_probed_at_once_and_then_followed():
     assert (fresh_sizes > 0).all()                        # followed from then on
     assert int(fresh.num_rounds[0]) < int(stale.num_rounds[0])
     assert float(fresh.auto_state.rate) > AutoPolicy(cfg, batch=1).ar_rate
+
+
+def _avals_in(jaxpr, inside_cond: bool = False, found=None):
+    """``(shape, inside a cond branch)`` of every equation output of ``jaxpr``, recursively."""
+    found = [] if found is None else found
+    for eqn in jaxpr.eqns:
+        for v in eqn.outvars:
+            found.append((tuple(getattr(v.aval, "shape", ())), inside_cond))
+        cond = eqn.primitive.name == "cond"
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            _avals_in(sub, inside_cond or cond, found)
+    return found
+
+
+def test_plain_steps_run_as_ar_steps_between_the_rounds_that_may_draft():
+    """A policy that takes plain steps runs them in an inner loop of ``ar``-like steps
+    (``round.plain_step``: no draft cond, no size switch, ~4% of a step at batch 4 on a Zen 5):
+    same key use as ``ar``, so a decode that never drafts gives ``ar``'s tokens at T > 0 too,
+    and its state comes back with ``since`` counting those steps."""
+    tcfg, dcfg, params = tiny_pair(block_size=8)
+    n, key = 20, jax.random.key(5)
+    cfg = _cfg(tcfg, dcfg, "dominotree", auto_costs=CHEAP, max_new_tokens=n, temperature=1.0)
+    prompt_BT = jnp.array([[3, 17, 5, 9, 33], [4, 4, 12, 50, 0]], jnp.int32)
+    lengths_B = jnp.array([5, 4], jnp.int32)
+    never = auto_size.initial_state(cfg, 2)._replace(
+        rate=jnp.float32(0.0), since=jnp.int32(0), gap=jnp.int32(10 ** 6))
+    carry = jax.jit(lambda p, x, n, st, k, *, config: decode_fn(
+        p, x, config=config, prompt_lengths=n, auto_state=st, key=k), static_argnames="config",
+        compiler_options=SAMPLING_XLA)
+    with DraftCounter() as drafts:
+        out = jax.block_until_ready(carry(params, prompt_BT, lengths_B, never, key, config=cfg))
+    ar = decode_fn(params, prompt_BT, prompt_lengths=lengths_B, key=key, config=DecodeConfig(
+        target=tcfg, method="ar", max_new_tokens=n, temperature=1.0))
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ar.tokens))
+    assert drafts.calls == 0 and (np.asarray(out.draft_sizes)[:, :n - 1] == 0).all()
+    assert int(out.auto_state.since) == n - 1   # every round counted, in either loop
+    # the loop holds a while loop of plain steps besides the auto round's switch
+    jaxpr = jax.make_jaxpr(lambda p, x, n, st, k: decode_fn(
+        p, x, config=cfg, prompt_lengths=n, auto_state=st, key=k))(
+        params, prompt_BT, lengths_B, never, key)
+
+    def whiles(j, depth=0):
+        out = []
+        for eqn in j.eqns:
+            if eqn.primitive.name == "while":
+                body = eqn.params["body_jaxpr"].jaxpr
+                out.append((depth, any(e.primitive.name == "cond" for e in body.eqns)))
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                out += whiles(sub, depth + (eqn.primitive.name == "while"))
+        return out
+
+    loops = whiles(jaxpr.jaxpr)
+    assert (1, False) in loops, loops   # a nested loop whose body has no cond: plain steps
+
+
+def test_drafted_rounds_read_the_draft_head_gathered_before_the_loop():
+    """With a draft vocabulary the drafter's base logits read the target's LM-head rows of its
+    ``C`` draft ids. Inside auto's draft ``cond`` XLA cannot hoist their gather out of the
+    loop, so ``decode`` gathers them once before it (``Drafter.head_rows``): with SmolLM2's
+    16k-id drafter the gather cost ~1.4 AR steps in every drafted round."""
+    tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
+    d2t = np.arange(0, 64, 2)[:24]
+    dcfg = dataclasses.replace(dcfg, draft_vocab_size=len(d2t))
+    params["drafter"] = init_drafter_params(dcfg, 1, d2t=d2t)
+    C, H = len(d2t), tcfg.hidden_size
+    cfg = _cfg(tcfg, dcfg, "dominotree", auto_costs=CHEAP, max_new_tokens=8)
+    jaxpr = jax.make_jaxpr(lambda p, x: decode_fn(p, x, config=cfg))(
+        params, jnp.array([[3, 17, 5, 9]], jnp.int32))
+    shapes = _avals_in(jaxpr.jaxpr)
+    assert ((C, H), False) in shapes           # gathered (outside any cond) ...
+    assert ((C, H), True) not in shapes, "the draft head is gathered inside the draft cond"
+    # ... and the draft reads it: the same tokens as a decode that gathers in the round
+    out = decode_fn(params, jnp.array([[3, 17, 5, 9]], jnp.int32), config=cfg)
+    fixed = decode_fn(params, jnp.array([[3, 17, 5, 9]], jnp.int32), config=DecodeConfig(
+        target=tcfg, method="ar", max_new_tokens=8))
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(fixed.tokens))

@@ -50,8 +50,8 @@ def oracle_in_draft_columns(continuation, d2t, vocab):
     col = draft_column_index(jnp.asarray(d2t), vocab)
     original = Drafter.draft
 
-    def draft(self, target, ctx, t0_B, start_B):
-        z, base_BJD = original(self, target, ctx, t0_B, start_B)
+    def draft(self, target, ctx, t0_B, start_B, head_rows_CH=None):
+        z, base_BJD = original(self, target, ctx, t0_B, start_B, head_rows_CH)
         J, D = base_BJD.shape[1:]
         idx = jnp.clip(start_B[:, None] + 1 + jnp.arange(J)[None], 0, seq.shape[0] - 1)
         return z, base_BJD * 0.01 + 30.0 * jax.nn.one_hot(col[seq[idx]], D)   # -1: all zero

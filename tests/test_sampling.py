@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dominotree_jax.sampling import sample_tokens, sampling_logprobs, validate_sampling
+from dominotree_jax.sampling import (DRAW_BLOCK, draw, first_argmax, sample_tokens,
+                                     sampling_logprobs, validate_sampling)
 
 
 def test_top_k_and_top_p_filter_the_right_tokens():
@@ -39,3 +40,45 @@ def test_sampling_frequencies():
 def test_invalid_settings_are_refused(t, k, p, msg):
     with pytest.raises(ValueError, match=msg):
         validate_sampling(t, k, p)
+
+
+def test_first_argmax_is_jnp_argmax_ties_included():
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.integers(0, 5, (7, 3, 300)).astype(np.float32))   # many ties
+    np.testing.assert_array_equal(np.asarray(first_argmax(x)), np.asarray(jnp.argmax(x, -1)))
+    x = jnp.asarray(rng.standard_normal((2, 49152)).astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(first_argmax(x)), np.asarray(jnp.argmax(x, -1)))
+
+
+@pytest.mark.parametrize("vocab", [5, 300, 1000])
+def test_draw_matches_the_distribution_and_never_draws_a_zero_weight(vocab):
+    """``draw``'s two-level inverse CDF (blocks of ``DRAW_BLOCK``, the last one partial)
+    against exact probabilities: chi-square over the entries, none of weight 0 (-inf) drawn,
+    unnormalised log-weights accepted."""
+    from scipy import stats
+    rng = np.random.default_rng(vocab)
+    w = rng.gamma(0.3, size=vocab)
+    w[rng.random(vocab) < 0.3] = 0.0                  # zero weights, inside blocks and at ends
+    w[-1] = 0.0
+    w[min(vocab - 2, DRAW_BLOCK - 1)] = w.max() + 1   # mass at a block's last entry
+    with np.errstate(divide="ignore"):
+        logw = jnp.asarray(np.log(w) + 7.0, jnp.float32)   # any normalisation; log 0 = -inf
+    n = 60000
+    s = np.asarray(jax.jit(lambda k: draw(k, jnp.broadcast_to(logw, (n, vocab))))(
+        jax.random.key(vocab)))
+    assert s.min() >= 0 and s.max() < vocab and (w[s] > 0).all()
+    counts = np.bincount(s, minlength=vocab)
+    expected = n * w / w.sum()
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    keep = exp > 0
+    p = stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue
+    assert p > 1e-3, p
+
+
+def test_draw_is_a_pure_function_of_its_key():
+    logw = jnp.asarray(np.random.default_rng(1).standard_normal((4, 17, 700)), jnp.float32)
+    a = draw(jax.random.key(3), logw)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(draw(jax.random.key(3), logw)))
+    assert not np.array_equal(np.asarray(a), np.asarray(draw(jax.random.key(4), logw)))

@@ -172,6 +172,18 @@ class AutoPolicy:
         return st._replace(row_pred=ones_B, row_real=ones_B * self.calibration(st),
                            row_lpred=ones_B, row_lreal=ones_B * self.calibration(st, True))
 
+    @property
+    def plain_runs(self) -> bool:
+        """Whether ``decode`` runs the rounds this policy does not draft in as ``ar`` steps in
+        an inner loop (``round.plain_step``): when it may draft, and an undrafted round is
+        always a plain step (no lookup paths to verify instead)."""
+        return self.can_pay and not self.lookup_can_pay
+
+    def skip(self, st: AutoState) -> AutoState:
+        """``st`` after a round without a draft and without lookup nodes: one more round
+        since the last drafted one."""
+        return st._replace(since=st.since + 1)
+
     def wants_draft(self, st: AutoState):
         if not self.can_pay:
             return jnp.zeros((), bool)
@@ -232,7 +244,7 @@ class AutoPolicy:
                           real=(1 - a) * st.real + a * real,
                           since=jnp.zeros_like(st.since), gap=gap.astype(jnp.int32),
                           row_pred=ema(st.row_pred, pred_B), row_real=ema(st.row_real, real_B))
-        skipped = st._replace(since=st.since + 1)
+        skipped = self.skip(st)
         if self.lookup_can_pay:   # a lookup-only round that verified nodes: its calibration
             looked = (~drafted) & ~size0
             lp_B, la_B = choice.predicted_B, accepted_B.astype(f32)

@@ -22,7 +22,7 @@ from dominotree_jax.decoding.commit import PAD
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import bind_drafter_for, tap_layers_for
 from dominotree_jax.decoding.stages import STAGE_PREFILL
-from dominotree_jax.decoding.round import (LoopState, first_state, prefill_context,
+from dominotree_jax.decoding.round import (LoopState, first_state, plain_step, prefill_context,
                                            repeat_prefilled, round_step)
 from dominotree_jax.model.drafter import bind_drafter_float32_view
 from dominotree_jax.model.target import bind_float32_view, bind_target
@@ -201,7 +201,23 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     step = functools.partial(round_step, lengths_B=lengths_B, config=config, target=target,
                              drafter=drafter, policy=policy, plain_target=plain_target,
                              plain_drafter=plain_drafter,
-                             prompt_BT=(prompt_bT if rows_B is None else prompt_bT[rows_B]))
+                             prompt_BT=(prompt_bT if rows_B is None else prompt_bT[rows_B]),
+                             head_rows_CH=None if drafter is None else drafter.head_rows(target))
+    if policy is not None and policy.plain_runs:
+        # between rounds the policy may draft in, its plain steps run as an inner loop of
+        # ``ar``-like steps (``round.plain_step``): the draft cond and the size switch of an
+        # auto round cost ~4% of a plain step (batch 4, Zen 5), paid every round a policy
+        # that rarely drafts takes
+        plain = functools.partial(plain_step, lengths_B=lengths_B, config=config,
+                                  target=target, drafter=drafter, policy=policy,
+                                  plain_target=plain_target, plain_drafter=plain_drafter)
+
+        one_round = step
+
+        def step(s: LoopState) -> LoopState:   # one auto round, then its plain steps
+            return jax.lax.while_loop(
+                lambda s: ~jnp.all(s.done_B) & ~policy.wants_draft(s.auto), plain,
+                one_round(s))
     final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), step, state)
     return _outputs(final, T, config)
 

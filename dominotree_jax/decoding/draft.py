@@ -163,19 +163,20 @@ def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
 
 
 def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B,
-                head_target=None, history=None) -> Draft:
+                head_target=None, history=None, head_rows_CH=None) -> Draft:
     """The drafter's block forward after ``t0`` at positions ``start …``, then the chain or
     tree built on its outputs. ``head_target`` (default ``target``): the target whose token
     embedding the Domino head's float32 products read -- ``auto_round`` passes the float32
     view of 16-bit weights made before the loop, so the embedding is not upcast every round.
-    ``history`` = ``(seq [B, W], total [B])``: the text so far, for lookup drafting."""
+    ``history`` = ``(seq [B, W], total [B])``: the text so far, for lookup drafting.
+    ``head_rows_CH``: the drafter's ``head_rows(target)``, gathered once before the loop."""
     if config.method == "ar":
         return empty_draft(t0_B.shape[0])
     if config.method == "lookup":
         with jax.named_scope(STAGE_TREE):
             return lookup_draft(config, t0_B.shape[0], history)
     with jax.named_scope(STAGE_DRAFT):
-        z_BJH, base_BJV = drafter.draft(target, ctx, t0_B, start_B)
+        z_BJH, base_BJV = drafter.draft(target, ctx, t0_B, start_B, head_rows_CH)
     build = chain_draft if config.method in CHAIN_METHODS else tree_draft
     with jax.named_scope(STAGE_TREE):
         return build(config, target if head_target is None else head_target, drafter, z_BJH,

@@ -95,6 +95,9 @@ class RoundInput(NamedTuple):
     key: Key[Array, ""]            # PRNG key of this round's sampling
     # lookup drafting: (prompt + generated tokens [B, W] packed left, their count [B])
     history: tuple | None = None
+    # the drafter's LM-head rows of its draft vocabulary (``Drafter.head_rows``), gathered
+    # once before the loop; None: none, or gathered in the round
+    head_rows_CH: Float[Array, "C H"] | None = None
 
 
 class Verified(NamedTuple):
@@ -219,7 +222,8 @@ def fixed_round(inp: RoundInput, *, size: int, config: DecodeConfig, target,
     are written there."""
     B = inp.t0_B.shape[0]
     draft = (draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
-                         history=inp.history) if size else skipped_draft(B, 0))
+                         history=inp.history, head_rows_CH=inp.head_rows_CH) if size
+             else skipped_draft(B, 0))
     v = verify_and_keep(inp, draft, num_nodes=size, config=config, target=target,
                         drafter=drafter)
     in_place = not config.is_tree or size == 0
@@ -249,7 +253,8 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
                  else lambda: skipped_draft(B, config.num_draft_nodes))
     draft = jax.lax.cond(
         drafted, lambda: draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
-                                     head_target=plain_target, history=inp.history),
+                                     head_target=plain_target, history=inp.history,
+                                     head_rows_CH=inp.head_rows_CH),
         undrafted)
     with jax.named_scope(STAGE_AUTO):
         choice = policy.choose(auto, draft, live_B)
@@ -342,22 +347,32 @@ def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next
                                       mode="drop"))   # None: an auto loop of plain steps
 
 
-def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
-               policy: AutoPolicy | None, plain_target=None, plain_drafter=None,
-               prompt_BT=None) -> LoopState:
-    """One round for every batch row: the body of ``decode``'s ``while_loop``
-    (``plain_target``, ``plain_drafter``: ``auto_round``'s; ``prompt_BT``: each row's prompt,
-    what lookup drafting searches besides the tokens generated)."""
+def round_input(state: LoopState, *, lengths_B, config: DecodeConfig, prompt_BT=None,
+                with_history: bool = True, head_rows_CH=None) -> tuple[RoundInput, jax.Array]:
+    """The round's ``RoundInput`` out of the loop carry, and the key of the round after it."""
     next_key, key = jax.random.split(state.key)
     hist = None
-    if config.lookup:
+    if config.lookup and with_history:
         if prompt_BT is None:
             raise ValueError("lookup drafting needs each row's prompt (round_step prompt_BT)")
         with jax.named_scope(STAGE_LOOKUP):
             hist = history(prompt_BT, lengths_B, state.out_BO, state.n_B)
     inp = RoundInput(cache=state.cache, ctx=state.ctx,
                      t0_B=jnp.take_along_axis(state.out_BO, (state.n_B - 1)[:, None], 1)[:, 0],
-                     start_B=lengths_B + state.n_B - 1, key=key, history=hist)
+                     start_B=lengths_B + state.n_B - 1, key=key, history=hist,
+                     head_rows_CH=head_rows_CH)
+    return inp, next_key
+
+
+def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
+               policy: AutoPolicy | None, plain_target=None, plain_drafter=None,
+               prompt_BT=None, head_rows_CH=None) -> LoopState:
+    """One round for every batch row: the body of ``decode``'s ``while_loop``
+    (``plain_target``, ``plain_drafter``: ``auto_round``'s; ``prompt_BT``: each row's prompt,
+    what lookup drafting searches besides the tokens generated; ``head_rows_CH``: the
+    drafter's ``head_rows``, gathered before the loop)."""
+    inp, next_key = round_input(state, lengths_B=lengths_B, config=config, prompt_BT=prompt_BT,
+                                head_rows_CH=head_rows_CH)
     size = static_size(config, policy)
     if size is not None:
         result = fixed_round(inp, size=size, config=config, target=target, drafter=drafter)
@@ -367,6 +382,25 @@ def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, dra
         result = auto_round(inp, state.auto, live_B=~state.done_B, policy=policy,
                             config=config, target=target, drafter=drafter,
                             plain_target=plain_target, plain_drafter=plain_drafter)
+    with jax.named_scope(STAGE_COMMIT):
+        return commit_round(state, inp, result, next_key=next_key, config=config,
+                            drafter=drafter)
+
+
+def plain_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
+               policy: AutoPolicy, plain_target=None, plain_drafter=None) -> LoopState:
+    """``budget="auto"``'s round when its policy takes a plain step and has no lookup paths to
+    verify (``policy.plain_runs``): what ``round_step`` does then -- the same key, token,
+    cache and drafter-context rows, the policy's ``skip`` -- written as an ``ar`` round (the
+    row written in place, no draft ``cond`` and no size ``switch``), so that a stretch of plain
+    steps costs what ``ar``'s do (``decode`` runs these in an inner loop between rounds the
+    policy may draft in)."""
+    inp, next_key = round_input(state, lengths_B=lengths_B, config=config, with_history=False)
+    result = fixed_round(inp, size=0, config=config,
+                         target=target if plain_target is None else plain_target,
+                         drafter=drafter if plain_drafter is None else plain_drafter)
+    result = result._replace(auto=policy.skip(state.auto),
+                             expected_B=jnp.ones(inp.t0_B.shape, jnp.float32))
     with jax.named_scope(STAGE_COMMIT):
         return commit_round(state, inp, result, next_key=next_key, config=config,
                             drafter=drafter)

@@ -218,11 +218,12 @@ class Drafter(nnx.Module):
         return DrafterContext(new_k, new_v, length)
 
     # ------------------------------------------------------------------ block
-    def draft(self, target, ctx: DrafterContext, t0_B, start_B):
+    def draft(self, target, ctx: DrafterContext, t0_B, start_B, head_rows_CH=None):
         """One block forward → ``(z [B, J, H], base [B, J, V] float32)`` indexed by draft depth.
 
         ``target`` supplies ``embed`` and ``logits``; the block sits at absolute positions
-        ``start_b … start_b + block_size - 1``.
+        ``start_b … start_b + block_size - 1``. ``head_rows_CH``: ``head_rows(target)`` made
+        once outside the loop that drafts (``base_logits``).
         """
         cfg = self.cfg
         Bs = cfg.block_size
@@ -253,15 +254,23 @@ class Drafter(nnx.Module):
             h_BTH = h_BTH + layer.mlp(layer.post_attention_layernorm(h_BTH))
         z_BTH = self.norm(h_BTH)
         z_BJH = z_BTH if cfg.shift_label else z_BTH[:, 1:]
-        return z_BJH, self.base_logits(target, z_BJH)
+        return z_BJH, self.base_logits(target, z_BJH, head_rows_CH)
 
-    def base_logits(self, target, z_sH):
+    def head_rows(self, target):
+        """``[C, H]``: the target's LM-head rows of the draft vocabulary (None without one).
+        A loop that drafts inside a ``lax.cond`` (``budget="auto"``) gathers them once before
+        it and passes them to ``draft``: XLA does not hoist work out of a conditional, and the
+        gather (16k x 576 floats for SmolLM2) cost ~1.4 AR steps a drafted round."""
+        return None if self.d2t is None else gather_rows(target.head_weight_VH, self.d2t[...])
+
+    def base_logits(self, target, z_sH, head_rows_CH=None):
         """float32 base logits ``[..., |D|]``: the target's LM head over the draft vocabulary
-        (all of it without a draft vocabulary)."""
+        (all of it without a draft vocabulary); ``head_rows_CH``: ``head_rows(target)``, made
+        beforehand (else gathered here)."""
         if self.d2t is None:
             return target.logits(z_sH)
-        rows_DH = gather_rows(target.head_weight_VH, self.d2t[...])
-        return matmul_t(z_sH, rows_DH).astype(jnp.float32)
+        rows_CH = self.head_rows(target) if head_rows_CH is None else head_rows_CH
+        return matmul_t(z_sH, rows_CH).astype(jnp.float32)
 
     def to_target(self, tokens_s):
         """Target ids of draft-vocabulary ``tokens`` (the identity without a draft vocabulary)."""
