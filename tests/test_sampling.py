@@ -82,3 +82,18 @@ def test_draw_is_a_pure_function_of_its_key():
     a = draw(jax.random.key(3), logw)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(draw(jax.random.key(3), logw)))
     assert not np.array_equal(np.asarray(a), np.asarray(draw(jax.random.key(4), logw)))
+
+
+def test_vocab_major_logits_equal_the_logits_and_16bit_weights_fall_back():
+    """``TargetModel.logits_vocab_major`` (what a T > 0 verify samples from): the same logits
+    as ``logits``, laid out differently only inside the compiled product."""
+    from dominotree_jax.model.target import bind_target, init_target_params
+    from spec_fixtures import tiny_pair
+    tcfg, _, params = tiny_pair(block_size=4)
+    target = bind_target(tcfg, params["target"])
+    h = jax.random.normal(jax.random.key(0), (3, 5, tcfg.hidden_size))
+    np.testing.assert_allclose(np.asarray(jax.jit(target.logits_vocab_major)(h)),
+                               np.asarray(jax.jit(target.logits)(h)), rtol=1e-5, atol=1e-5)
+    bf16 = bind_target(tcfg, init_target_params(tcfg, 0, dtype=jnp.bfloat16))
+    np.testing.assert_array_equal(np.asarray(bf16.logits_vocab_major(h)),
+                                  np.asarray(bf16.logits(h)))

@@ -188,11 +188,11 @@ def verify_and_keep(inp: RoundInput, draft: Draft, *, num_nodes: int, config: De
         if in_branch:
             logits_BRV, taps_BRF, kv = verify_rows(target, inp.cache, inp.t0_B, inp.start_B,
                                                    d.tokens_BN, d.depths_BN, d.ancestor_BRR,
-                                                   taps)
+                                                   taps, sampled=config.temperature > 0)
         else:
             logits_BRV, taps_BRF, cache, kv = verify_in_place(
                 target, inp.cache, inp.t0_B, inp.start_B, d.tokens_BN, d.depths_BN,
-                d.ancestor_BRR, taps)
+                d.ancestor_BRR, taps, sampled=config.temperature > 0)
     with jax.named_scope(STAGE_ACCEPT):
         post_BR = sample_tokens(inp.key, logits_BRV, config.temperature, config.top_k,
                                 config.top_p)

@@ -35,26 +35,32 @@ def _rows_and_positions(t0_B, start_B, tokens_BN, depths_BN):
     return rows_BR, pos_BR
 
 
+def _logits(target, hidden_BRH, sampled: bool):
+    """The rows' logits; ``sampled`` (T > 0: a draw follows) lays the product out
+    vocabulary-major (``TargetModel.logits_vocab_major``)."""
+    return target.logits_vocab_major(hidden_BRH) if sampled else target.logits(hidden_BRH)
+
+
 def verify_rows(target, cache: KVCache, t0_B, start_B, tokens_BN, depths_BN, ancestor_BRR,
-                tap_layers: tuple[int, ...]):
+                tap_layers: tuple[int, ...], sampled: bool = False):
     """(logits ``[B, R, V]``, taps ``[B, R, F]``, the rows' K/V: a ``KVRows`` of per-layer
     ``[B, R, K, D]``) with ``R = 1 + N``; the cache is only read (what a ``lax.switch`` branch
-    may do without XLA copying the cache)."""
+    may do without XLA copying the cache). ``sampled``: T > 0 (``_logits``)."""
     rows_BR, pos_BR = _rows_and_positions(t0_B, start_B, tokens_BN, depths_BN)
     out = target.forward_rows(rows_BR, pos_BR, cache, start_B, ancestor_BRR,
                               tap_layers=tap_layers)
-    return target.logits(out.hidden), out.taps, out.rows
+    return _logits(target, out.hidden, sampled), out.taps, out.rows
 
 
 def verify_in_place(target, cache: KVCache, t0_B, start_B, tokens_BN, depths_BN, ancestor_BRR,
-                    tap_layers: tuple[int, ...]):
+                    tap_layers: tuple[int, ...], sampled: bool = False):
     """(logits, taps, the cache with every row written at ``start ..``, the rows' K/V). Each
     layer writes its rows before its attention reads the cache: outside a ``lax.switch`` branch
     XLA then updates the cache in place (reading first made it copy every layer's cache)."""
     rows_BR, pos_BR = _rows_and_positions(t0_B, start_B, tokens_BN, depths_BN)
     out = target.forward_cached(rows_BR, pos_BR, cache, start_B, start_B, ancestor_BRR,
                                 tap_layers=tap_layers)
-    return target.logits(out.hidden), out.taps, out.cache, out.rows
+    return _logits(target, out.hidden, sampled), out.taps, out.cache, out.rows
 
 
 def verify(target, cache: KVCache, t0_B, start_B, tokens_BN, depths_BN, ancestor_BRR,

@@ -85,6 +85,18 @@ class TargetModel(nnx.Module):
         return matmul_t(hidden_sH, self.head_weight_VH,
                         operand_dtype=self.operand_dtype).astype(jnp.float32)
 
+    def logits_vocab_major(self, hidden_BRH):
+        """``logits`` of ``[B, R, H]`` hidden states, the product laid out ``[B, V, R]`` (then
+        swapped back): the same values. A reduction over the vocabulary right after the product
+        (a sampler's max) makes XLA:CPU fuse both into one YNNPACK fusion that at 4 x 17 rows
+        ran ~6x slower than the product alone; over the major axis it stays separate
+        (``benchmarks/results/precision/sampling_zen5.md``). float32 weights only; others go
+        through ``logits``."""
+        w_VH = self.head_weight_VH
+        if w_VH.dtype != jnp.float32 or self.operand_dtype is not None or hidden_BRH.ndim != 3:
+            return self.logits(hidden_BRH)
+        return jnp.swapaxes(jnp.einsum("brh,vh->bvr", hidden_BRH.astype(jnp.float32), w_VH), 1, 2)
+
     def __call__(self, tokens_BT, positions_BT, mask_BTS, cache: KVCache, write_start_B,
                  tap_layers: tuple[int, ...] = ()) -> ForwardOut:
         """Forward with a dense boolean mask ``[B, T, S]`` over the cache slots (after the
