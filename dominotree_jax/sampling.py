@@ -26,6 +26,13 @@ def sampling_logprobs(logits_sV: jax.Array, temperature: float, top_k: int = 0,
     Filtered-out tokens get ``-inf``. At ``temperature == 0`` this is the (unfiltered)
     temperature-1 distribution, which greedy decoding reports as its log-probs.
     """
+    return jax.nn.log_softmax(sampling_logits(logits_sV, temperature, top_k, top_p), axis=-1)
+
+
+def sampling_logits(logits_sV: jax.Array, temperature: float, top_k: int = 0,
+                    top_p: float = 1.0) -> jax.Array:
+    """float32 ``[..., V]``: the logits tempered and filtered (``-inf`` outside top-k / top-p),
+    not normalised: ``sampling_logprobs`` up to a per-row constant, what ``draw`` reads."""
     x = logits_sV.astype(jnp.float32)
     if temperature > 0:
         x = x / temperature
@@ -40,18 +47,16 @@ def sampling_logprobs(logits_sV: jax.Array, temperature: float, top_k: int = 0,
             n_keep = jnp.sum(keep_sorted, axis=-1, keepdims=True)
             threshold = jnp.take_along_axis(sorted_desc, n_keep - 1, axis=-1)
             x = jnp.where(x < threshold, -jnp.inf, x)
-    return jax.nn.log_softmax(x, axis=-1)
+    return x
 
 
 def sample_tokens(key, logits_sV: jax.Array, temperature: float, top_k: int = 0,
                   top_p: float = 1.0) -> jax.Array:
     """int32 tokens ``[...]``: the first maximum at temperature 0, else one draw per row from
-    the filtered distribution (``draw``)."""
+    the filtered distribution (``draw`` of ``sampling_logits``: no normalising pass)."""
     if temperature == 0:
         return first_argmax(logits_sV)
-    if top_k == 0 and top_p >= 1.0:   # no filter: the tempered logits are the weights' logs
-        return draw(key, logits_sV.astype(jnp.float32) / temperature)
-    return draw(key, sampling_logprobs(logits_sV, temperature, top_k, top_p))
+    return draw(key, sampling_logits(logits_sV, temperature, top_k, top_p))
 
 
 def first_argmax(x_sV: jax.Array) -> jax.Array:

@@ -203,6 +203,7 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
                              plain_drafter=plain_drafter,
                              prompt_BT=(prompt_bT if rows_B is None else prompt_bT[rows_B]),
                              head_rows_CH=None if drafter is None else drafter.head_rows(target))
+    body = step
     if policy is not None and policy.plain_runs:
         # between rounds the policy may draft in, its plain steps run as an inner loop of
         # ``ar``-like steps (``round.plain_step``): the draft cond and the size switch of an
@@ -212,13 +213,10 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
                                   target=target, drafter=drafter, policy=policy,
                                   plain_target=plain_target, plain_drafter=plain_drafter)
 
-        one_round = step
-
-        def step(s: LoopState) -> LoopState:   # one auto round, then its plain steps
+        def body(s: LoopState) -> LoopState:   # one auto round, then its plain steps
             return jax.lax.while_loop(
-                lambda s: ~jnp.all(s.done_B) & ~policy.wants_draft(s.auto), plain,
-                one_round(s))
-    final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), step, state)
+                lambda s: ~jnp.all(s.done_B) & ~policy.wants_draft(s.auto), plain, step(s))
+    final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), body, state)
     return _outputs(final, T, config)
 
 
