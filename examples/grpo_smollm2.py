@@ -27,6 +27,7 @@ refused.
     python examples/grpo_smollm2.py --out DIR --arms ar,auto                 # a subset
     python examples/grpo_smollm2.py --report benchmarks/results/rl           # plot + table
     python examples/grpo_smollm2.py --speed DIR [--policy NAME=FILE.npz]     # ar vs auto
+    python examples/grpo_smollm2.py --out DIR --arms auto+refresh --beside-ar # ar timed beside
 
 ``--speed`` times ``ar`` and ``auto`` rollouts of the same prompts with the same policy weights
 (the initial ones, then each policy saved by ``--save-dir``) in one process, alternating, for a
@@ -53,7 +54,8 @@ TRAIN_ARMS = ARMS[:3]   # the arms a plain run trains (the +lookup ones: --arms)
 LOOKUP_PATHS = 4        # +lookup arms: paths copied from the prompt and the text so far
 DEFAULTS = ArmSettings(model="smollm2", steps=60, prompts=4, group=4, max_new=48,
                        temperature=0.9, lr=3e-5, beta=0.04, seed=0,
-                       refresh=dict(lr=3e-4, anchors=4, rows=None), rollout_prompts=1)
+                       refresh=dict(lr=3e-4, anchors=4, rows=None, schedule="adaptive"),
+                       rollout_prompts=1)
 FAST_XLA = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 SUFFIX = " Answer with only the number."
 NAMES = ("Mia", "Tom", "Ana", "Sam", "Lea", "Ben", "Zoe", "Max")
@@ -194,16 +196,17 @@ def _chat_text(tokenizer, question: str) -> str:
 # ---------------------------------------------------------------------------- running it
 def main(arms=TRAIN_ARMS, out: str = "benchmarks/results/rl", save_dir: str | None = None,
          ckpt_every: int = 2, ckpt_keep: int = 2, stop_after: int | None = None,
-         **settings) -> dict:
+         beside_ar: bool = False, **settings) -> dict:
     """Run the ``arms`` not yet complete in ``out`` (``settings``: ``ArmSettings`` fields
-    other than ``DEFAULTS``'); returns ``{arm: its CSV rows after this run (0: skipped)}``."""
+    other than ``DEFAULTS``'; ``beside_ar``: time an ``ar`` engine beside each drafting arm);
+    returns ``{arm: its CSV rows after this run (0: skipped)}``."""
     for arm in arms:
         if arm not in ARMS:
             raise ValueError(f"unknown arm {arm!r}: one of {ARMS}")
     s = dataclasses.replace(DEFAULTS, **settings)
     return run_arms(lambda: Task(s.model), arms, s, out,
                     lambda task: batches(s.seed, s.steps, s.prompts, task.as_prompt), rewards,
-                    save_dir, ckpt_every, ckpt_keep, stop_after)
+                    save_dir, ckpt_every, ckpt_keep, stop_after, beside_ar)
 
 
 def speed(out: str, model: str = "smollm2", policies=(), reps: int = 3, prompts: int = 4,
@@ -236,6 +239,9 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--refresh-lr", type=float, default=d.refresh["lr"])
     ap.add_argument("--refresh-anchors", type=int, default=d.refresh["anchors"])
+    ap.add_argument("--refresh-schedule", default=d.refresh["schedule"],
+                    choices=("adaptive", "every"),
+                    help="a refresh step when its drafter's chain τ says so, or every call")
     ap.add_argument("--out", default="benchmarks/results/rl")
     ap.add_argument("--save-dir", default=None, help="save each arm's final policy here")
     ap.add_argument("--ckpt-every", type=int, default=2,
@@ -243,6 +249,9 @@ if __name__ == "__main__":
     ap.add_argument("--ckpt-keep", type=int, default=2, help="keep the newest N checkpoints")
     ap.add_argument("--stop-after", type=int, default=None,
                     help="stop (checkpointed) after this train step; a rerun continues")
+    ap.add_argument("--beside-ar", action="store_true",
+                    help="time an ar engine on each drafting arm's rollout calls too (same "
+                         "policy, prompts and keys): <arm>.csv's beside_ar_* columns")
     ap.add_argument("--report", default=None, help="write the table and plot of a results dir")
     ap.add_argument("--speed", default=None, help="ar vs auto tokens/s; rows to DIR/speed.csv")
     ap.add_argument("--policy", action="append", default=[],
@@ -259,8 +268,9 @@ if __name__ == "__main__":
     else:
         main(tuple(a for a in (args.arms or ",".join(TRAIN_ARMS)).split(",") if a), args.out,
              args.save_dir,
-             args.ckpt_every, args.ckpt_keep, args.stop_after, model=args.model,
+             args.ckpt_every, args.ckpt_keep, args.stop_after, args.beside_ar, model=args.model,
              steps=args.steps, prompts=args.prompts, group=args.group, max_new=args.max_new,
              temperature=args.temperature, lr=args.lr, beta=args.beta, seed=args.seed,
              rollout_prompts=args.rollout_prompts,
-             refresh=dict(lr=args.refresh_lr, anchors=args.refresh_anchors, rows=None))
+             refresh=dict(lr=args.refresh_lr, anchors=args.refresh_anchors, rows=None,
+                          schedule=args.refresh_schedule))

@@ -617,3 +617,44 @@ def test_drafted_rounds_read_the_draft_head_gathered_before_the_loop():
     fixed = decode_fn(params, jnp.array([[3, 17, 5, 9]], jnp.int32), config=DecodeConfig(
         target=tcfg, method="ar", max_new_tokens=8))
     np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(fixed.tokens))
+
+
+def test_a_probe_counts_more_than_a_round_of_a_drafting_stretch():
+    """``rate`` was last updated before a plain stretch, so a probe's round weighs
+    ``PROBE_ALPHA`` in it (other drafted rounds ``RATE_ALPHA``): a drafter that became good
+    since lifts ``rate`` above the AR rate with one probe that delivers 1.6x the AR rate, from a
+    stale 0.5x (with ``RATE_ALPHA`` it would need two more probes at doubling gaps)."""
+    tcfg, dcfg, _ = tiny_pair(block_size=8)
+    cfg = _cfg(tcfg, dcfg, "ddtree", auto_sizes=(0, 2, 4, 8),
+               auto_costs=CostTable(verify=((1, 1.0), (9, 2.6)), draft=(("ddtree", 0.5),)))
+    policy = AutoPolicy(cfg, batch=2)
+    ar = policy.ar_rate
+    N = 8
+    p_BN = jnp.full((2, N), 0.9, jnp.float32)
+    draft = Draft(jnp.zeros((2, N), jnp.int32), jnp.full((2, N), -1, jnp.int32),
+                  jnp.zeros((2, N), jnp.int32), p_BN > 0, jnp.ones((2, N + 1, N + 1), bool),
+                  jnp.log(p_BN))
+    live = jnp.array([True, True])
+    stale = policy.init()._replace(rate=jnp.float32(0.5 * ar), since=jnp.int32(7),
+                                   gap=jnp.int32(8))
+    choice = policy.choose(stale, draft, live)
+    cost = policy.draft_cost + policy.verify_costs[int(choice.index)]
+    committed = round(1.6 * ar * cost)   # tokens a row, delivering ~1.6x the AR rate
+    realized = committed / cost
+    after = policy.update(stale, jnp.bool_(True), choice, committed_B=jnp.array([committed] * 2),
+                          accepted_B=jnp.array([committed - 1] * 2),
+                          root_hit_B=jnp.array([True, True]), live_B=live)
+    expected = (1 - auto_size.PROBE_ALPHA) * 0.5 * ar + auto_size.PROBE_ALPHA * realized
+    assert float(after.rate) == pytest.approx(expected, rel=1e-5)
+    assert float(after.rate) >= ar and bool(policy.wants_draft(after))
+    assert int(after.gap) == policy.probe_every
+    old_way = (1 - auto_size.RATE_ALPHA) * 0.5 * ar + auto_size.RATE_ALPHA * realized
+    assert old_way < ar
+    # a round of a drafting stretch (rate at or above the AR rate) weighs RATE_ALPHA
+    drafting = stale._replace(rate=jnp.float32(1.2 * ar), since=jnp.int32(0))
+    after = policy.update(drafting, jnp.bool_(True), choice,
+                          committed_B=jnp.array([committed] * 2),
+                          accepted_B=jnp.array([committed - 1] * 2),
+                          root_hit_B=jnp.array([True, True]), live_B=live)
+    assert float(after.rate) == pytest.approx(
+        (1 - auto_size.RATE_ALPHA) * 1.2 * ar + auto_size.RATE_ALPHA * realized, rel=1e-5)

@@ -199,3 +199,28 @@ def test_orbax_drafter_keeps_the_map_and_honours_the_dtype(tmp_path):
     np.testing.assert_array_equal(np.asarray(loaded["d2t"][...]), d2t)
     leaves = jax.tree.leaves(loaded)
     assert {x.dtype for x in leaves if x.dtype != jnp.int32} == {jnp.dtype("bfloat16")}
+
+
+def test_a_draft_head_made_beforehand_decodes_as_the_one_gathered_in_the_call():
+    """``decode(..., draft_head=draft_head(params, config))`` (what a rollout engine passes
+    between parameter updates) draws the same tokens as a call that gathers the head itself; a
+    head of other parameters draws other ones; bad heads are refused by name."""
+    from dominotree_jax.decoding.decode import draft_head
+    tcfg, dcfg, params = _pair_with_vocab(np.array([0, 2, 3, 5, 8, 13, 21, 34, 40, 55, 63]))
+    cfg = _cfg(tcfg, dcfg, "dominotree", temperature=1.0, max_new_tokens=16)
+    prompt, key = jnp.array([[3, 17, 5, 9], [40, 1, 2, 7]]), jax.random.key(3)
+    gathered = jdecode(params, prompt, config=cfg, key=key)
+    head = jax.jit(draft_head, static_argnames="config")(params, config=cfg)
+    assert head.shape == (11, tcfg.hidden_size)
+    given = jdecode(params, prompt, config=cfg, key=key, draft_head=head)
+    for a, b in zip(jax.tree.leaves(gathered), jax.tree.leaves(given)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    other = jdecode(params, prompt, config=cfg, key=key, draft_head=head[::-1])
+    assert not np.array_equal(np.asarray(other.tokens), np.asarray(given.tokens))
+    with pytest.raises(ValueError, match=r"draft_head must be \[C, H\] = \[11, 32\]"):
+        jdecode(params, prompt, config=cfg, key=key, draft_head=head[1:])
+    with pytest.raises(ValueError, match="LM head's dtype"):
+        jdecode(params, prompt, config=cfg, key=key, draft_head=head.astype(jnp.bfloat16))
+    with pytest.raises(ValueError, match="draft_head is only for a drafter"):
+        jdecode(params, prompt, config=_cfg(tcfg, None, "ar", max_new_tokens=4), draft_head=head)
+    assert draft_head(params, _cfg(tcfg, None, "ar")) is None

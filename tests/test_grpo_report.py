@@ -29,12 +29,12 @@ def test_report_tables_and_plots_the_arms_and_the_speed_rows(tmp_path):
     (tmp_path / "auto.csv").write_text(",".join(ARM_CSV_FIELDS) + "\n")   # no rows: left out
     with open(tmp_path / "speed.csv", "w", newline="") as f:
         w = csv.DictWriter(f, ["policy", "arm", "rep", "batch", "tokens_per_s", "tau",
-                               "reward_mean"])
+                               "reward_mean", "first_used_sizes"])
         w.writeheader()
         w.writerows([dict(policy="initial", arm="ar", rep=1, batch=4, tokens_per_s=10, tau=1,
                           reward_mean=0.5),
                      dict(policy="initial", arm="auto", rep=1, batch=4, tokens_per_s=14,
-                          tau=1.5, reward_mean=0.25),
+                          tau=1.5, reward_mean=0.25, first_used_sizes="2 4"),
                      dict(policy="initial", arm="ar", rep=2, batch=4, tokens_per_s=20, tau=1,
                           reward_mean=0.0)])
     rows = read_arm_csv(str(tmp_path / "ar.csv"))
@@ -50,10 +50,11 @@ def test_report_tables_and_plots_the_arms_and_the_speed_rows(tmp_path):
         "| ar | 12 | 0.38 → 0.54 | 1.45 → 1.65 | 160.0 | 16.0 | nan | 2.00 |",
         "| auto+refresh | 3 | 0.33 → 0.33 | 1.10 → 1.10 | 115.0 | 11.5 | 0.75 | 2.00 |",
         "",
-        "| policy | arm | decode batch | timed calls | tokens/s (median) | τ | reward |",
-        "|---|---|---|---|---|---|---|",
-        "| initial | ar | 4 | 2 | 15.0 | 1.00 | 0.25 |",
-        "| initial | auto | 4 | 1 | 14.0 | 1.50 | 0.25 |"]
+        "| policy | arm | decode batch | timed calls | tokens/s (median) | τ | reward | calls "
+        "with a first-used draft size |",
+        "|---|---|---|---|---|---|---|---|",
+        "| initial | ar | 4 | 2 | 15.0 | 1.00 | 0.25 | 0 |",
+        "| initial | auto | 4 | 1 | 14.0 | 1.50 | 0.25 | 1 |"]
     assert (tmp_path / "table.md").read_text() == table + "\n"
     assert (tmp_path / "grpo.png").read_bytes()[:4] == b"\x89PNG"
 

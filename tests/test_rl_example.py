@@ -109,7 +109,12 @@ def test_grpo_example_runs_tunix_learner_and_resumes(tmp_path):
 
 
 COMPARED = ("reward_mean", "rollout_tokens", "tau", "draft_size", "completion_len",
-            "refresh_loss", "refresh_chain_tau_before", "rollout_calls")
+            "refresh_steps", "refresh_loss", "refresh_chain_tau_before", "rollout_calls")
+
+
+def figures(row) -> dict:
+    """``COMPARED`` of a CSV row, an empty cell (a step without a refresh step) as NaN."""
+    return {k: float("nan") if row[k] == "" else row[k] for k in COMPARED}
 
 
 def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
@@ -117,14 +122,15 @@ def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
     stopped after train step 1 (``stop_after``: tunix's final forced save), then crashed after
     writing the last step's row, before its update (checkpoint 2 is the newest; the CSV row of
     step 2 is dropped), then finished: the same CSV figures and final policy as one
-    uninterrupted run (its ``--out`` a relative path)."""
+    uninterrupted run (its ``--out`` a relative path) that also timed an ``ar`` engine beside
+    the arm (``--beside-ar``: it must leave the arm's rollouts and training as they are)."""
     pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
     grpo = _load_grpo()
     kw = dict(model="tiny", arms=("auto+refresh",), steps=3, prompts=2, group=2, max_new=6,
               ckpt_every=2, ckpt_keep=1)
     one, two = tmp_path / "one", tmp_path / "two"
     monkeypatch.chdir(tmp_path)   # a relative --out (orbax itself wants absolute paths)
-    assert grpo.main(**kw, out="one", save_dir="one/pol") == {"auto+refresh": 3}
+    assert grpo.main(**kw, out="one", save_dir="one/pol", beside_ar=True) == {"auto+refresh": 3}
     assert grpo.main(**kw, out=str(two), stop_after=1) == {"auto+refresh": 1}
 
     class Crash(Exception):
@@ -147,9 +153,12 @@ def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
     a, b = (read_arm_csv(str(d / "auto+refresh.csv")) for d in (one, two))
     assert [r["step"] for r in b] == [0, 1, 2]
     for ra, rb in zip(a, b):
-        assert {k: ra[k] for k in COMPARED} == pytest.approx({k: rb[k] for k in COMPARED},
-                                                             rel=1e-5, abs=1e-6)
+        assert figures(ra) == pytest.approx(figures(rb), rel=1e-5, abs=1e-6, nan_ok=True)
     assert len({r["reward_mean"] for r in a} | {r["tau"] for r in a}) > 1   # not constant
+    assert all(r["beside_ar_tokens_per_s"] > 0 and r["beside_ar_tokens"] > 0 for r in a)
+    assert all(r["beside_ar_tokens_per_s"] == "" for r in b)
+    beside = write_report(str(one), grpo.ARMS).split("\n\n")[1].splitlines()
+    assert beside[2].startswith("| auto+refresh | 1-2 | ") and len(beside) == 3
     for name in ("auto+refresh_policy.npz", "auto+refresh_drafter.npz"):
         with np.load(one / "pol" / name) as x, np.load(two / "pol" / name) as y:
             assert x.files == y.files
@@ -189,6 +198,7 @@ def test_speed_times_ar_and_auto_per_policy_with_its_refreshed_drafter(tmp_path,
     assert [(r["policy"], r["arm"]) for r in rows] == [
         (p, a) for p in ("initial", "plain", "fresh") for a in ("ar", "auto")]
     assert all(r["compiles"] == 1 and r["tokens"] > 0 and r["tau"] >= 1.0 for r in rows)
+    assert all(r["first_used_sizes"] == "" for r in rows if r["arm"] == "ar")
     initial = sum(float(np.sum(np.abs(np.asarray(x)))) for x in jax.tree.leaves(task.dparams))
     assert seen == pytest.approx([initial, initial / 2], rel=1e-5)
     assert (tmp_path / "speed.csv").read_text().count("\n") == 7   # header + 6 rows

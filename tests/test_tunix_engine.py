@@ -191,7 +191,7 @@ def test_checkpoint_state_resumes_the_same_rollouts(pair):
     """``budget="auto"`` + drafter refresh, fresh keys per call: an engine rebuilt from the
     initial settings and given ``checkpoint_state()`` (through pickle, as the GRPO example
     stores it) makes the rollouts the saved engine makes next (key, carried auto state,
-    refreshed drafter and its optimizer state all restored)."""
+    refreshed drafter and its optimizer state, the refresh schedule all restored)."""
     import pickle
     kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6), drafter_refresh={"lr": 1e-2,
                                                                        "anchors": 3})
@@ -209,7 +209,8 @@ def test_checkpoint_state_resumes_the_same_rollouts(pair):
             np.testing.assert_array_equal(x, y)
             np.testing.assert_allclose(lx, ly, atol=1e-6)
     assert any(not np.array_equal(x, y) for x, y in zip(want[0].tokens, fresh.tokens))
-    assert a.refresher.num_steps == b.refresher.num_steps == 3
+    assert a.refresher.num_steps == b.refresher.num_steps >= 2
+    assert a.refresh_schedule == b.refresh_schedule and a.refresh_schedule.ema is not None
     for x, y in zip(jax.tree.leaves(a.params["drafter"]), jax.tree.leaves(b.params["drafter"])):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
     assert [r["loss"] for r in a.refresh_log[1:]] == pytest.approx(
@@ -243,3 +244,66 @@ def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):
     (key, st), = ref._auto_states.items()
     ref.generate(PROMPTS, rcfg())
     assert ref._probed_tau == 1e9 and auto_probe.REPROBE_GAIN > 1
+
+
+def test_the_draft_head_is_made_once_per_parameter_values():
+    """With a draft vocabulary the engine makes the drafter's draft head (``decode.draft_head``)
+    once after each parameter update instead of in every call: the same array serves calls
+    until ``update_params``; a refreshed drafter (same ``d2t``) keeps it; a stale head would
+    draw other tokens than a fresh engine with the new parameters (checked)."""
+    import dataclasses
+    from dominotree_jax.model.drafter import init_drafter_params
+    tcfg, dcfg, params = tiny_pair()
+    d2t = np.array([0, 2, 3, 5, 8, 13, 21, 34, 40, 55, 63])
+    dcfg = dataclasses.replace(dcfg, draft_vocab_size=len(d2t))
+    params = dict(params, drafter=init_drafter_params(dcfg, 1, d2t=d2t))
+    pair_ = (tcfg, dcfg, params)
+    rc = rcfg(temperature=1.0, top_p=1.0, seed=5)
+    eng = make_engine(pair_, top_m=8)
+    eng.generate(PROMPTS, rc)
+    (head,) = eng.programs._heads.values()
+    eng.generate(PROMPTS, rc)
+    assert next(iter(eng.programs._heads.values())) is head
+    eng.update_drafter_params(jax.tree.map(lambda x: x, params["drafter"]))
+    assert next(iter(eng.programs._heads.values())) is head   # same d2t: kept
+    permuted = jax.tree.map(lambda x: x[::-1] if x.ndim == 2 else x, params["target"])
+    eng.update_params(permuted)
+    assert not eng.programs._heads
+    new = eng.generate(PROMPTS, rc)
+    fresh = make_engine((tcfg, dcfg, dict(params, target=permuted)), top_m=8).generate(PROMPTS, rc)
+    for a, b in zip(new.tokens, fresh.tokens):
+        np.testing.assert_array_equal(a, b)
+    eng.programs._heads[next(iter(eng.programs._heads))] = head    # the stale head
+    stale = eng.generate(PROMPTS, rc)
+    assert any(not np.array_equal(a, b) for a, b in zip(stale.tokens, fresh.tokens))
+
+
+def test_the_refresh_schedule_skips_steps_while_the_drafter_is_flat(pair):
+    """``drafter_refresh``'s default schedule (``RefreshSchedule``): with a flat chain τ the
+    refresh steps come at doubling gaps (calls 1, 2, 4, 8, ...), and a call without a step
+    reports none (``refreshed`` None, no ``refresh/*`` metric)."""
+    from dominotree_jax.rollout.refresh_schedule import RefreshSchedule
+
+    class Flat(RefreshSchedule):   # the chain τ read as constant: a flat drafter
+        def record(self, chain_tau):
+            return super().record(2.0)
+
+    eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6),
+                      drafter_refresh={"lr": 1e-2, "anchors": 3})
+    assert eng.refresh_schedule == RefreshSchedule()
+    eng.refresh_schedule = Flat(max_gap=4)
+    took, metrics = [], []
+    for _ in range(8):
+        eng.generate(PROMPTS, rcfg(temperature=1.0, top_p=1.0, seed=None))
+        took.append(eng.refreshed is not None)
+        metrics.append("refresh/seconds" in eng.tunix_metrics())
+    assert took == [True, True, False, True, False, False, False, True] == metrics
+    assert eng.refresher.num_steps == len(eng.refresh_log) == 4
+    assert [r["next_gap"] for r in eng.refresh_log] == [1, 2, 4, 4]
+    every = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6),
+                        drafter_refresh={"lr": 1e-2, "anchors": 3, "schedule": "every"})
+    for _ in range(3):
+        every.generate(PROMPTS, rcfg(temperature=1.0, top_p=1.0, seed=None))
+    assert every.refresher.num_steps == 3
+    with pytest.raises(ValueError, match="schedule must be"):
+        make_engine(pair, drafter_refresh={"schedule": "often"})

@@ -17,9 +17,11 @@ The policy, all of it inside the jitted loop (``AutoState`` is part of the loop 
    ``auto_probe_every``, raised to ``draft cost / PROBE_SHARE`` rounds when drafting is dear
    (so a useless drafter's probes cost at most ~4% of the time); it doubles after each probe
    that leaves ``rate`` below the AR rate, up to 16x the base, and resets when one lifts it
-   above. ``rate`` starts optimistic, so the first round drafts. When even a strong drafter
-   (3/4 of the longest path accepted) could not beat the AR rate at any size (a large batch
-   on a CPU), no round drafts at all and the loop is compiled as plain steps.
+   above. A probe's round counts more in ``rate`` than other drafted rounds (``PROBE_ALPHA``:
+   the estimate it updates dates from before the plain stretch). ``rate`` starts optimistic,
+   so the first round drafts. When even a strong drafter (3/4 of the longest path accepted)
+   could not beat the AR rate at any size (a large batch on a CPU), no round drafts at all and
+   the loop is compiled as plain steps.
 2. Which size, once drafted: the drafter's scores are cumulative path log-probs in pop order
    (parents before children, best first), so the first ``n`` nodes are a valid subtree and
    ``E(n) = 1 + c * sum_{i<n} exp(score_i)`` is its expected committed tokens. ``c`` calibrates an
@@ -57,6 +59,12 @@ if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_chec
 
 RATE_START = 1.1       # initial ``rate`` (x the AR rate): optimistic, the first round drafts
 RATE_ALPHA = 0.3       # EMA weight of the newest drafted round in ``rate``
+# ... of a probe's round: ``rate`` was last updated before the plain stretch the probe ends, so
+# it may be stale (the drafter or the text has changed since); with RATE_ALPHA, a drafter that
+# became good needed several probes at doubling gaps to lift ``rate`` from below the AR rate
+# (the GRPO example's final policy, ~6 rounds a call: no draft in 20 calls). Measured
+# acceptance of one round is noisy, so not 1: a lucky probe costs a few drafted rounds.
+PROBE_ALPHA = 0.5
 CALIB_ALPHA = 0.2      # ... in the calibration EMAs
 CALIB_MAX = 2.0        # largest calibration factor ``c``
 # ``c`` before any round has measured it: a drafter's path probabilities overpredict its
@@ -225,7 +233,9 @@ class AutoPolicy:
         rows = jnp.maximum(live_B.sum(), 1.0)
         cost = self.draft_cost + jnp.asarray(self.verify_costs, f32)[choice.index]
         realized = jnp.sum(live_B * committed_B.astype(f32)) / (rows * cost)
-        rate = (1 - RATE_ALPHA) * st.rate + RATE_ALPHA * realized
+        probe = st.rate < self.ar_rate   # drafted only because the gap ran out
+        alpha = jnp.where(probe, PROBE_ALPHA, RATE_ALPHA)
+        rate = (1 - alpha) * st.rate + alpha * realized
         size0 = choice.index == 0
         live = live_B > 0
         a = CALIB_ALPHA
@@ -237,7 +247,6 @@ class AutoPolicy:
         pred_B = jnp.where(size0, choice.root_mass_B, choice.predicted_B)
         real, pred = jnp.sum(live_B * real_B), jnp.sum(live_B * pred_B)
         max_gap = MAX_GAP_FACTOR * self.probe_every
-        probe = st.rate < self.ar_rate   # drafted only because the gap ran out
         gap = jnp.where((rate < self.ar_rate) & probe, jnp.minimum(2 * st.gap, max_gap),
                         self.probe_every)
         new = st._replace(rate=rate, pred=(1 - a) * st.pred + a * pred,

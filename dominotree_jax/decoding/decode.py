@@ -31,7 +31,7 @@ from dominotree_jax.precision import Precision, bind_view_if_needed
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Float, Int
 
-__all__ = ["DecodeOutput", "LoopState", "cache_length", "decode"]
+__all__ = ["DecodeOutput", "LoopState", "cache_length", "decode", "draft_head"]
 
 
 class DecodeOutput(NamedTuple):
@@ -143,8 +143,21 @@ def _check_precision(params, config: DecodeConfig, uses_drafter: bool) -> None:
         Precision.of_params(params["target"], drafter_params)
 
 
+def draft_head(params, config: DecodeConfig):
+    """``[C, H]``: the target's LM-head rows of the drafter's draft vocabulary, which every
+    drafting round multiplies by (None when ``config`` drafts nothing or the drafter has no
+    draft vocabulary). ``decode`` gathers them once per call; a caller that decodes many times
+    with the same parameters (a rollout engine between parameter updates) can make them once
+    and pass them as ``decode(..., draft_head=...)``. Jittable."""
+    drafter = bind_drafter_for(config, params.get("drafter"))
+    if drafter is None:
+        return None
+    return drafter.head_rows(bind_target(config.target, params["target"]))
+
+
 def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=None,
-           auto_state=None, row_stop_ids=None, prompt_rows=None) -> DecodeOutput:
+           auto_state=None, row_stop_ids=None, prompt_rows=None,
+           draft_head=None) -> DecodeOutput:
     """Generate up to ``config.max_new_tokens`` tokens after ``prompt`` (``[T]`` or ``[B, T]``).
 
     ``params``: ``{"target": state, "drafter": state or None}``. Pure and jittable:
@@ -158,7 +171,8 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     b)``) says which one each of the ``B`` output rows continues; each prompt is prefilled
     once and its caches, drafter context and last logits are copied to its rows. The output
     equals decoding ``prompt[prompt_rows]`` (same key: same tokens at any temperature);
-    ``row_stop_ids`` and ``auto_state`` are per output row.
+    ``row_stop_ids`` and ``auto_state`` are per output row. ``draft_head``: ``draft_head(params,
+    config)`` made beforehand for these parameters (else gathered here, once per call).
     """
     prompt_bT = jnp.asarray(prompt)
     if not jnp.issubdtype(prompt_bT.dtype, jnp.integer):
@@ -202,7 +216,7 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
                              drafter=drafter, policy=policy, plain_target=plain_target,
                              plain_drafter=plain_drafter,
                              prompt_BT=(prompt_bT if rows_B is None else prompt_bT[rows_B]),
-                             head_rows_CH=None if drafter is None else drafter.head_rows(target))
+                             head_rows_CH=_head_rows(drafter, target, draft_head, config))
     body = step
     if policy is not None and policy.plain_runs:
         # between rounds the policy may draft in, its plain steps run as an inner loop of
@@ -218,6 +232,24 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
                 lambda s: ~jnp.all(s.done_B) & ~policy.wants_draft(s.auto), plain, step(s))
     final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), body, state)
     return _outputs(final, T, config)
+
+
+def _head_rows(drafter, target, head_CH, config: DecodeConfig):
+    """The draft head the rounds read: ``decode``'s ``draft_head`` argument, checked against
+    the drafter's draft vocabulary and the target's LM head, or gathered now when None."""
+    if head_CH is None:
+        return None if drafter is None else drafter.head_rows(target)
+    if drafter is None or drafter.d2t is None:
+        raise ValueError("draft_head is only for a drafter with a draft vocabulary (d2t); this "
+                         "config drafts " + ("nothing" if drafter is None else
+                                             "over the whole vocabulary"))
+    want = (drafter.d2t[...].shape[0], config.target.hidden_size)
+    dtype = target.head_weight_VH.dtype
+    if tuple(head_CH.shape) != want or head_CH.dtype != dtype:
+        raise ValueError(f"draft_head must be [C, H] = {list(want)} {dtype} (draft vocabulary, "
+                         f"target width, the LM head's dtype), got {list(head_CH.shape)} "
+                         f"{head_CH.dtype}: make it with draft_head(params, config)")
+    return head_CH
 
 
 def _outputs(final: LoopState, T: int, config: DecodeConfig) -> DecodeOutput:

@@ -17,7 +17,7 @@ import numpy as np
 
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.decoding.config import DecodeConfig
-from dominotree_jax.decoding.decode import DecodeOutput, decode
+from dominotree_jax.decoding.decode import DecodeOutput, decode, draft_head
 from dominotree_jax.rollout.engine_batches import PromptBatch, shared_prefill_rows
 from dominotree_jax.rollout.engine_params import without_explicit_axes
 from dominotree_jax.rollout.masked_forward import completion_logprobs, real_tokens
@@ -58,14 +58,14 @@ class RolloutPrograms:
         self.traces: list[DecodeConfig] = []
         self.logp_traces: list[tuple] = []
 
-        def run(params, prompt_BT, lengths_B, prompt_rows, key, auto_state, row_stops_Be, *,
-                config):
+        def run(params, head_CH, prompt_BT, lengths_B, prompt_rows, key, auto_state,
+                row_stops_Be, *, config):
             self.traces.append(config)   # Python side effect: once per compilation
             if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):   # key data (uint32)
                 key = jax.random.wrap_key_data(key)
             return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
                           auto_state=auto_state, row_stop_ids=row_stops_Be,
-                          prompt_rows=prompt_rows)
+                          prompt_rows=prompt_rows, draft_head=head_CH)
 
         def logps(target_params, prompt_BT, completion_BY, pad_id, temperature):
             self.logp_traces.append(prompt_BT.shape + completion_BY.shape)
@@ -77,8 +77,21 @@ class RolloutPrograms:
                 real_BW[:, T:], temperature))
 
         self._decode = jax.jit(run, static_argnames="config", compiler_options=compiler_options)
+        self._draft_head = jax.jit(draft_head, static_argnames="config",
+                                   compiler_options=compiler_options)
+        self._heads: dict[DecodeConfig, jax.Array | None] = {}
         self._logps = jax.jit(logps, static_argnames=("pad_id", "temperature"),
                               compiler_options=compiler_options)
+
+    def forget_params(self) -> None:
+        """Drop what was made from the current parameter values (call on every update)."""
+        self._heads.clear()
+
+    def head_for(self, params, config: DecodeConfig):
+        """The draft head of ``params`` under ``config``, made on first use after an update."""
+        if config not in self._heads:
+            self._heads[config] = self._draft_head(params, config=config)
+        return self._heads[config]
 
     def decode(self, params, batch: PromptBatch, key, auto_state, row_stops_Be,
                config: DecodeConfig, place: BatchPlacement, share_prefill: bool):
@@ -96,7 +109,7 @@ class RolloutPrograms:
         args = (prompt_BT, lengths_B, None) if shared is None else \
             tuple(place.put(x) for x in shared)
         out: DecodeOutput = self._decode(
-            params, *args, key, auto_state,
+            params, self.head_for(params, config), *args, key, auto_state,
             None if row_stops_Be is None else place.put(row_stops_Be), config=config)
         jax.block_until_ready(out.tokens)
         return out, prompt_BT, lengths_B

@@ -1,6 +1,7 @@
 """The report of a GRPO arm comparison directory (``grpo_run``): a markdown table of the arms'
-CSVs, with the side-by-side speed rows (``grpo_speed``'s ``speed.csv``) as a second table when
-present, written to ``table.md``, and ``grpo.png`` (reward, τ, rollout tokens/s per step)."""
+CSVs, the arms timed beside an ``ar`` engine (``beside_ar`` columns) and the side-by-side speed
+rows (``grpo_speed``'s ``speed.csv``) as further tables when present, written to ``table.md``,
+and ``grpo.png`` (reward, τ, rollout tokens/s per step)."""
 
 from __future__ import annotations
 
@@ -49,16 +50,47 @@ def arm_table(runs: dict[str, list[dict]]) -> list[str]:
 
 
 def speed_table(path: str) -> list[str]:
-    """Markdown lines: per (policy, arm) of ``speed.csv``, in first-seen order."""
+    """Markdown lines: per (policy, arm) of ``speed.csv``, in first-seen order, with how many
+    timed calls ran a draft size for the first time (``grpo_speed.FIRST_USE``)."""
     rows = csv_rows(path)
-    lines = ["| policy | arm | decode batch | timed calls | tokens/s (median) | τ | reward |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| policy | arm | decode batch | timed calls | tokens/s (median) | τ | reward | "
+             "calls with a first-used draft size |", "|---|---|---|---|---|---|---|---|"]
     for key in dict.fromkeys((r["policy"], r["arm"]) for r in rows):
         rs = [r for r in rows if (r["policy"], r["arm"]) == key]
         lines.append(f"| {key[0]} | {key[1]} | {rs[0]['batch']} | {len(rs)} | "
                      f"{np.median([float(r['tokens_per_s']) for r in rs]):.1f} | "
                      f"{np.mean([float(r['tau']) for r in rs]):.2f} | "
-                     f"{np.mean([float(r['reward_mean']) for r in rs]):.2f} |")
+                     f"{np.mean([float(r['reward_mean']) for r in rs]):.2f} | "
+                     f"{sum(bool(r.get('first_used_sizes')) for r in rs)} |")
+    return lines
+
+
+def beside_table(runs: dict[str, list[dict]], last: int = 20) -> list[str]:
+    """Markdown lines for the arms whose CSV has ``beside_ar`` columns (``grpo_run``): the
+    arm's rollout tokens/s against the ``ar`` engine's on the same calls, over the last
+    ``last`` steps: the median of the per-step ratios and the ratio of the sums (tokens over
+    seconds), without and with the refresh's seconds. Empty when no arm has them."""
+    lines = []
+    for arm, rows in runs.items():
+        rs = [r for r in rows[1:] if r.get("beside_ar_tokens_per_s", "") != ""][-last:]
+        if not rs:
+            continue
+        if not lines:
+            lines = [f"| arm | steps (last {last}, of those timed beside `ar`) | rollout tok/s "
+                     "| `ar` beside tok/s | arm / `ar` (median per step; sums) | with the "
+                     "refresh (median; sums) |", "|---|---|---:|---:|---|---|"]
+        ar_s = [r["beside_ar_tokens"] / r["beside_ar_tokens_per_s"] for r in rs]
+        own = [r["tokens_per_s"] / r["beside_ar_tokens_per_s"] for r in rs]
+        refresh = [r["refresh_s"] or 0.0 for r in rs]
+        with_refresh = [(r["rollout_tokens"] / (r["rollout_s"] + f)) / r["beside_ar_tokens_per_s"]
+                        for r, f in zip(rs, refresh)]
+        tokens = sum(r["rollout_tokens"] for r in rs)
+        seconds = sum(r["rollout_s"] for r in rs)
+        ar_rate = sum(r["beside_ar_tokens"] for r in rs) / sum(ar_s)
+        lines.append(f"| {arm} | {int(rs[0]['step'])}-{int(rs[-1]['step'])} | "
+                     f"{tokens / seconds:.1f} | {ar_rate:.1f} | {np.median(own):.2f} "
+                     f"({tokens / seconds / ar_rate:.2f}) | {np.median(with_refresh):.2f} "
+                     f"({tokens / (seconds + sum(refresh)) / ar_rate:.2f}) |")
     return lines
 
 
@@ -93,6 +125,9 @@ def write_report(out: str, arms) -> str:
     if not runs:
         raise FileNotFoundError(f"no arm CSVs in {out}")
     lines = arm_table(runs)
+    beside = beside_table(runs)
+    if beside:   # each drafting arm against an ar engine on its own calls (grpo_run)
+        lines += [""] + beside
     speed = os.path.join(out, "speed.csv")
     if os.path.exists(speed):   # the exclusive side-by-side measurement (grpo_speed)
         lines += [""] + speed_table(speed)

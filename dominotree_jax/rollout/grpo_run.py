@@ -15,10 +15,13 @@ A results directory ``out`` holds:
   checkpoint options are not settings: they do not change the run).
 - ``<arm>.csv``: one row per step, ``ARM_CSV_FIELDS``: reward mean, rollout seconds and tokens
   (summed over the step's rollout calls), tokens/s, τ (tokens per target forward), mean draft
-  size, the drafter refresh's seconds / loss / chain τ before it / XLA temp bytes / logits
-  bytes, mean completion length (characters), rollout calls, decode compilations, the step's
-  wall seconds, ``os.getloadavg()[0]`` (other jobs slow the rollouts: read tokens/s next to
-  it) and the time.
+  size, the drafter refresh's steps (``RefreshSchedule``: not after every call), seconds / loss /
+  chain τ before it / XLA temp bytes / logits bytes, mean completion length (characters), rollout
+  calls, decode compilations, the step's wall seconds, ``os.getloadavg()[0]`` (other jobs slow the
+  rollouts: read tokens/s next to it) and the time; with ``beside_ar``, the tokens/s and tokens of
+  an ``ar`` engine that rolled out the same prompts with the same policy, key and sampling right
+  after the arm's engine (``LoggedRollout``): the arm's speed against ``ar`` on the arm's own
+  policy at every step, which two arms' runs cannot give once their policies part.
 - ``checkpoints/<arm>/``: tunix's own checkpoints (orbax: the policy and its AdamW state, every
   ``ckpt_every`` steps and at the end; the newest ``ckpt_keep`` kept) and beside them
   ``engine/<step>.pkl``, the engine state tunix does not know about (``rollout.checkpoints``:
@@ -54,9 +57,10 @@ from dominotree_jax.rollout.tunix_model import TunixCausalLM
 
 ARM_CSV_FIELDS = (
     "arm", "step", "reward_mean", "rollout_s", "rollout_tokens", "tokens_per_s", "tau",
-    "draft_size", "refresh_s", "refresh_loss", "refresh_chain_tau_before", "refresh_temp_bytes",
+    "draft_size", "refresh_steps", "refresh_s", "refresh_loss", "refresh_chain_tau_before",
+    "refresh_temp_bytes",
     "refresh_logits_bytes", "completion_len", "rollout_calls", "compiles", "step_wall_s",
-    "loadavg_1m", "time_utc")
+    "loadavg_1m", "time_utc", "beside_ar_tokens_per_s", "beside_ar_tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,21 +88,38 @@ class ArmSettings:
 
 class LoggedRollout(DominoTreeRollout):
     """The engine, keeping each rollout call's figures until ``take`` (RLCluster calls
-    ``generate`` once per rollout micro-batch: ``rollout_prompts`` prompts x the group)."""
+    ``generate`` once per rollout micro-batch: ``rollout_prompts`` prompts x the group).
+    ``beside_ar``: an ``ar`` engine (same actor, seed and compiler options) rolls out every
+    call's prompts again right after, with the same parameter updates, for its tokens/s only
+    (its completions are dropped; its key sequence is the arm's: the same keys per call)."""
 
-    def __init__(self, **kw):
+    def __init__(self, beside_ar: bool = False, **kw):
         super().__init__(**kw)
         self.calls: list[dict] = []
+        self.beside = None
+        if beside_ar:
+            same = ("rollout_actor", "tokenizer", "mesh", "rollout_config", "seed",
+                    "compiler_options")
+            self.beside = DominoTreeRollout(method="ar",
+                                            **{k: kw[k] for k in same if k in kw})
 
     def generate(self, prompts, rollout_config, **kw):
         out = super().generate(prompts, rollout_config, **kw)
         last = self.last
-        refresh = self.refresh_log[-1] if self.refresher is not None else {}
+        refresh = self.refreshed or {}
         self.calls.append({"seconds": last.seconds, "tokens": last.num_tokens,
                            "accepted": int(np.sum(np.asarray(last.out.accept_lengths))),
                            "rounds": int(np.sum(np.asarray(last.out.num_rounds))),
                            "draft_size": last.mean_draft_size, "refresh": refresh})
+        if self.beside is not None:
+            self.beside.generate(prompts, rollout_config, **kw)
+            self.calls[-1]["beside"] = (self.beside.last.seconds, self.beside.last.num_tokens)
         return out
+
+    def update_params(self, params, filter_types=None) -> None:
+        super().update_params(params, filter_types)
+        if self.beside is not None:
+            self.beside.update_params(params, filter_types)
 
     def take(self) -> list[dict]:
         calls, self.calls = self.calls, []
@@ -151,20 +172,28 @@ class StepLog:
                "rollout_s": seconds, "rollout_tokens": tokens, "tokens_per_s": tokens / seconds,
                "tau": sum(c["accepted"] for c in calls) / rounds,
                "draft_size": float(np.mean([c["draft_size"] for c in calls])),
-               "refresh_s": r_sum("seconds"), "refresh_loss": r_mean("loss"),
+               "refresh_steps": len(refresh), "refresh_s": r_sum("seconds"),
+               "refresh_loss": r_mean("loss"),
                "refresh_chain_tau_before": r_mean("chain_tau_before"),
                "refresh_temp_bytes": r_max("temp_bytes"),
                "refresh_logits_bytes": r_max("logits_bytes"),
                "completion_len": float(np.mean([len(c) for c in completions])),
                "rollout_calls": len(calls), "compiles": eng.num_compilations,
                "step_wall_s": now - self.t_prev, "loadavg_1m": os.getloadavg()[0],
-               "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+               "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "beside_ar_tokens_per_s": "", "beside_ar_tokens": ""}
+        beside = [c["beside"] for c in calls if "beside" in c]
+        if beside:
+            b_seconds, b_tokens = (sum(x) for x in zip(*beside))
+            row.update(beside_ar_tokens_per_s=b_tokens / b_seconds, beside_ar_tokens=b_tokens)
         self.t_prev = now
         with open(self.path, "a", newline="") as f:
             csv.DictWriter(f, ARM_CSV_FIELDS).writerow(row)
         self.step += 1
+        vs_ar = (f" (ar beside {row['beside_ar_tokens_per_s']:.1f})" if beside else "")
         print(f"[{self.arm}] step {row['step']:3d} reward {row['reward_mean']:.3f} tau "
-              f"{row['tau']:.2f} size {row['draft_size']:.1f} {row['tokens_per_s']:.1f} tok/s "
+              f"{row['tau']:.2f} size {row['draft_size']:.1f} {row['tokens_per_s']:.1f} tok/s"
+              f"{vs_ar} "
               f"(rollout {seconds:.1f}s, step {row['step_wall_s']:.1f}s, compiles "
               f"{row['compiles']}, load {row['loadavg_1m']:.2f})", flush=True)
         return eng.tunix_metrics()
@@ -231,12 +260,15 @@ def pin_settings(out: str, settings: ArmSettings) -> None:
 def run_arm(task: ArmTask, arm: str, settings: ArmSettings, csv_path: str,
             train_batches: Iterable[dict], reward_fn: Callable, save_dir: str | None = None,
             ckpt_root: str | None = None, ckpt_every: int = 2, ckpt_keep: int = 2,
-            stop_after: int | None = None) -> DominoTreeRollout:
+            stop_after: int | None = None, beside_ar: bool = False) -> DominoTreeRollout:
     """``settings.steps`` GRPO steps of tunix's learner for one arm (or until train step
     ``stop_after``) on ``train_batches`` (dicts of ``prompts`` and the reward's fields),
     continuing from the newest checkpoint under ``ckpt_root`` (None: no checkpoints); with
     ``save_dir``, a finished arm's policy (and refreshed drafter) is saved there as
-    ``<arm>_policy.npz`` (``<arm>_drafter.npz``). Returns the engine."""
+    ``<arm>_policy.npz`` (``<arm>_drafter.npz``); ``beside_ar``: time an ``ar`` engine on
+    every rollout call too (``LoggedRollout``; not for the ``ar`` arm). Returns the engine."""
+    if beside_ar and arm == "ar":
+        raise ValueError("beside_ar times an ar engine beside a drafting arm; the ar arm is one")
     import orbax.checkpoint as ocp
     from tunix.rl import rl_cluster as rl_cluster_lib
     from tunix.rl.grpo import grpo_learner
@@ -254,7 +286,8 @@ def run_arm(task: ArmTask, arm: str, settings: ArmSettings, csv_path: str,
     Role = rl_cluster_lib.Role
     engine = functools.partial(
         LoggedRollout, drafter_config=task.dcfg, drafter_params=task.dparams, seed=s.seed,
-        compiler_options=task.compiler_options, **task.engine_options(arm, s.refresh))
+        compiler_options=task.compiler_options, beside_ar=beside_ar,
+        **task.engine_options(arm, s.refresh))
     ckpt = {} if ckpt_root is None else dict(
         checkpoint_root_directory=ckpt_root,
         checkpointing_options=ocp.CheckpointManagerOptions(save_interval_steps=ckpt_every,
@@ -309,11 +342,12 @@ def save_trained(engine: DominoTreeRollout, save_dir: str, arm: str) -> None:
 def run_arms(make_task: Callable[[], Any], arms: Iterable[str], settings: ArmSettings,
              out: str, train_batches: Callable[[Any], Iterable[dict]], reward_fn: Callable,
              save_dir: str | None = None, ckpt_every: int = 2, ckpt_keep: int = 2,
-             stop_after: int | None = None) -> dict:
+             stop_after: int | None = None, beside_ar: bool = False) -> dict:
     """Run (or continue from their checkpoints, under ``<out>/checkpoints``) the ``arms`` not
     yet complete in ``out``, each until ``settings.steps`` (or train step ``stop_after``);
     ``make_task()`` is called once, only if an arm is to run, and ``train_batches(task)`` once
-    per arm. Returns ``{arm: the arm's CSV rows after this run (0 = skipped: complete)}``."""
+    per arm; ``beside_ar``: every drafting arm times an ``ar`` engine beside it (``run_arm``).
+    Returns ``{arm: the arm's CSV rows after this run (0 = skipped: complete)}``."""
     arms = tuple(arms)
     pin_settings(out, settings)
     todo = [arm for arm in arms if not arm_complete(out, arm, settings.steps)]
@@ -326,6 +360,7 @@ def run_arms(make_task: Callable[[], Any], arms: Iterable[str], settings: ArmSet
         path = arm_csv_path(out, arm)
         print(f"[{arm}] {completed_steps(path)} rows were there", flush=True)
         run_arm(task, arm, settings, path, train_batches(task), reward_fn, save_dir,
-                checkpoint_dir(out, arm), ckpt_every, ckpt_keep, stop_after)
+                checkpoint_dir(out, arm), ckpt_every, ckpt_keep, stop_after,
+                beside_ar and arm != "ar")
         ran[arm] = completed_steps(path)
     return ran

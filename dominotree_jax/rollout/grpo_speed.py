@@ -17,6 +17,12 @@ from dominotree_jax.rollout.grpo_task import ArmTask, sampling_config
 from dominotree_jax.rollout.tunix_engine import DominoTreeRollout
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
 
+# FIRST_USE: on XLA:CPU the first round of each draft size in a process costs ~0.55 s more
+# (YNNPACK sets up that size's products when they first run; measured on a Zen 5, 2 cores,
+# 2026-12-05: sizes 2 and 4 each +0.55-0.6 s once, then as usual; without YNNPACK fusions there
+# is no such cost, but every step runs 2x slower). A timed rep may hold such a first use that
+# the untimed rep did not reach (the policy chooses the sizes): the rows name them.
+
 
 def load_flat(template, path: str):
     """A parameter tree shaped like ``template`` from an ``.npz`` of ``state_to_flat`` names
@@ -36,7 +42,8 @@ def compare_rollout_speed(task: ArmTask, batch: dict, reward_fn: Callable, out: 
     (``<arm>_policy.npz`` files, loaded with ``update_params``: no recompilation; a
     ``<arm>_drafter.npz`` beside one is the drafter the drafting arms use with it, else the
     initial one). ``reward_fn`` is tunix's (``prompts``, ``completions``, the batch's other
-    fields). Returns the rows, also appended to ``<out>/speed.csv``."""
+    fields). Returns the rows, also appended to ``<out>/speed.csv``; ``first_used_sizes``
+    lists the draft sizes an engine ran for the first time in that rep (``FIRST_USE``)."""
     texts = [p for p in batch["prompts"] for _ in range(group)]
     fields = {k: [v for v in vs for _ in range(group)] for k, vs in batch.items()
               if k != "prompts"}
@@ -47,6 +54,7 @@ def compare_rollout_speed(task: ArmTask, batch: dict, reward_fn: Callable, out: 
         tokenizer=task.tokenizer, drafter_config=task.dcfg, drafter_params=task.dparams,
         compiler_options=task.compiler_options, **opts) for arm, opts in options.items()}
     drafting = [engines[arm] for arm, opts in options.items() if opts.get("method") != "ar"]
+    seen = {arm: set() for arm in arms}   # draft sizes each engine has run (FIRST_USE)
     chunk = rollout_prompts * group   # the decode batch of the GRPO run
     rows = []
     for label, path in (("initial", None), *policies):
@@ -63,7 +71,7 @@ def compare_rollout_speed(task: ArmTask, batch: dict, reward_fn: Callable, out: 
         for rep in range(reps + 1):
             for arm, eng in engines.items():
                 seconds = tokens = accepted = rounds = 0
-                completions = []
+                completions, first = [], set()
                 for c in range(0, len(texts), chunk):
                     res = eng.generate(texts[c:c + chunk], dataclasses.replace(rc, seed=seed + rep))
                     last = eng.last
@@ -72,6 +80,9 @@ def compare_rollout_speed(task: ArmTask, batch: dict, reward_fn: Callable, out: 
                     accepted += int(np.sum(np.asarray(last.out.accept_lengths)))
                     rounds += int(np.sum(np.asarray(last.out.num_rounds)))
                     completions += res.text
+                    sizes = set(np.unique(np.asarray(last.out.draft_sizes)).tolist()) - {-1, 0}
+                    first |= sizes - seen[arm]
+                    seen[arm] |= sizes
                 if rep == 0:   # untimed: compiles (initial), or places new values (the
                     continue   # first drafter update commits its arrays: one recompile)
                 rewards = reward_fn(prompts=texts, completions=completions, **fields)
@@ -79,6 +90,7 @@ def compare_rollout_speed(task: ArmTask, batch: dict, reward_fn: Callable, out: 
                              "batch": chunk, "tokens": tokens, "seconds": seconds,
                              "tokens_per_s": tokens / seconds, "tau": accepted / max(rounds, 1),
                              "reward_mean": float(np.mean(rewards)),
+                             "first_used_sizes": " ".join(map(str, sorted(first))),
                              "compiles": eng.num_compilations,
                              "loadavg_1m": os.getloadavg()[0],
                              "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})

@@ -14,10 +14,13 @@ distribution the tokens are drawn from. ``get_per_token_logps`` uses the tempera
 a stop id: a completion ends at its first pad or EOS (the trainer masks pad ids, so a
 completion never holds one).
 
-Drafter refresh (opt-in, ``drafter_refresh=``): after every ``generate`` call (so every
-micro-batch RLCluster rolls out) one ``DrafterRefresher`` step on that rollout's features, the
-new drafter used from the next call on; ``refresh_log`` holds each step's metrics, wall time
-and memory, ``tunix_metrics`` hands them (and τ) to tunix's metrics logger.
+Drafter refresh (opt-in, ``drafter_refresh=``): after a ``generate`` call (so per micro-batch
+RLCluster rolls out) one ``DrafterRefresher`` step on that rollout's features when the
+``RefreshSchedule`` says one is due (after every call while the drafter's chain τ rises or
+falls, less often while it is flat; ``schedule="every"``: every call), the new drafter used
+from the next call on; ``refresh_log`` holds each step's metrics, wall time and memory,
+``refreshed`` the last call's (None when it took none), ``tunix_metrics`` hands them (and τ)
+to tunix's metrics logger.
 
 Parameters are arguments of one jitted program per ``(DecodeConfig, batch, width)``, so
 ``update_params`` changes the next rollout without compiling anything (``num_compilations``).
@@ -62,8 +65,10 @@ from dominotree_jax.rollout.drafter_refresh import DrafterRefresher
 from dominotree_jax.rollout.engine_batches import (prompt_batch, prompt_pads_for, rollout_output,
                                                    row_stop_array, stop_ids)
 from dominotree_jax.rollout.engine_metrics import LastRollout, tunix_metrics
-from dominotree_jax.rollout.engine_params import (merged_target_params, placed_like, target_of,
+from dominotree_jax.rollout.engine_params import (merged_target_params, placed_like,
+                                                  same_draft_vocab, target_of,
                                                   without_explicit_axes)
+from dominotree_jax.rollout.refresh_schedule import RefreshSchedule
 from dominotree_jax.rollout.engine_programs import (RolloutPrograms, decode_config_for,
                                                    key_of_seed)
 from dominotree_jax.rollout.engine_tokenizer import RolloutTokenizer
@@ -96,7 +101,9 @@ class DominoTreeRollout(BaseRollout):
         removes pad ids from prompts before decoding). Default: ``"drop"`` when
         ``rollout_actor`` is a ``TunixCausalLM`` without a ``pad_id``, else ``"keep"``.
         ``drafter_refresh``: True or ``DrafterRefresher`` keyword arguments (``lr``,
-        ``anchors``, ``rows``, ``vocab_ids``, ...): a drafter step after every ``generate``.
+        ``anchors``, ``rows``, ``vocab_ids``, ...) plus ``schedule`` (``"adaptive"``, the
+        default, or ``"every"``; ``refresh_schedule.RefreshSchedule``): a drafter step after a
+        ``generate`` call when the schedule says it is due (``"every"``: after every one).
         ``share_prefill``: prefill each distinct prompt of a ``generate`` call once and copy
         its caches to the rows repeating it (GRPO hands over G copies of each prompt); the
         samples are the same as without (``decode``'s ``prompt_rows``); one compilation per
@@ -134,10 +141,12 @@ class DominoTreeRollout(BaseRollout):
         if method != "ar" and drafter_params is None:
             raise ValueError(f"method {method!r} needs drafter_params")
         self._key = jax.random.key(seed)
-        self.refresher = None
+        self.refresher = self.refresh_schedule = None
         self.refresh_log: list[dict] = []
+        self.refreshed: dict | None = None   # the last call's refresh step (None: none)
         if drafter_refresh:
             opts = {} if drafter_refresh is True else dict(drafter_refresh)
+            self.refresh_schedule = RefreshSchedule.of(opts.pop("schedule", "adaptive"))
             opts.setdefault("compiler_options", compiler_options)
             self.refresher = DrafterRefresher(drafter_config, self.tcfg, drafter_params, **opts)
         self.programs = RolloutPrograms(self.tcfg, self.prompt_pads, compiler_options)
@@ -178,7 +187,8 @@ class DominoTreeRollout(BaseRollout):
                                 time.perf_counter() - t0)
         if rc.temperature is not None:
             self._last_temperature = float(rc.temperature)
-        if self.refresher is not None:
+        self.refreshed = None
+        if self.refresher is not None and self.refresh_schedule.due():
             self._refresh()
         return rollout_output(  # this process's rows
             place.local(out.tokens), place.local(out.num_tokens),
@@ -207,14 +217,18 @@ class DominoTreeRollout(BaseRollout):
         (and moved off ``Explicit`` mesh axes). No recompilation."""
         self._params = dict(self._params, target=without_explicit_axes(
             merged_target_params(self._params["target"], params)))
+        self.programs.forget_params()
 
     def update_drafter_params(self, drafter_params, probe: bool = True) -> None:
         """New drafter parameter values (same structure), placed as the current ones (a
         refresh step's output carries the training mesh's sharding): no recompilation.
         ``probe``: ``budget="auto"`` probes the new drafter in its next round
         (``auto_size.probe_next``) instead of waiting out a gap learned with the old one."""
+        before = self._params["drafter"]
         self._params = dict(self._params, drafter=without_explicit_axes(
-            placed_like(drafter_params, self._params["drafter"])))
+            placed_like(drafter_params, before)))
+        if not same_draft_vocab(before, self._params["drafter"]):   # the refresh keeps it
+            self.programs.forget_params()
         if probe:
             self.auto_probe.probe_all()
 
@@ -228,6 +242,8 @@ class DominoTreeRollout(BaseRollout):
         return {"key": np.asarray(jax.random.key_data(self._key)),
                 "last_temperature": self._last_temperature,
                 "refresher": None if self.refresher is None else self.refresher.checkpoint_state(),
+                "refresh_schedule": None if self.refresh_schedule is None
+                else self.refresh_schedule.checkpoint_state(),
                 **self.auto_probe.checkpoint_state()}
 
     def restore_checkpoint_state(self, state: dict) -> None:
@@ -240,6 +256,9 @@ class DominoTreeRollout(BaseRollout):
         self._last_temperature = float(state["last_temperature"])
         if self.refresher is not None:
             self.refresher.restore_checkpoint_state(state["refresher"])
+            if state.get("refresh_schedule") is not None:   # (saved before it existed: kept)
+                self.refresh_schedule = RefreshSchedule.from_checkpoint(
+                    state["refresh_schedule"])
             self.update_drafter_params(self.refresher.state)
 
     def pad_id(self) -> int:
@@ -281,15 +300,18 @@ class DominoTreeRollout(BaseRollout):
         m = self.refresher.step(self._params["target"], self.last, sub)
         probe = self.auto_probe.refresh_probes(float(m["chain_tau_before"]))
         self.update_drafter_params(self.refresher.state, probe=probe)
-        self.refresh_log.append({**m, "step": self.refresher.num_steps,
-                                 "batch": int(self.last.out.tokens.shape[0])})
+        trend = self.refresh_schedule.record(float(m["chain_tau_before"]))
+        self.refreshed = {**m, "step": self.refresher.num_steps, "trend": trend,
+                          "next_gap": self.refresh_schedule.gap,
+                          "batch": int(self.last.out.tokens.shape[0])}
+        self.refresh_log.append(self.refreshed)
 
     def tunix_metrics(self, **unused) -> dict:
         """The latest rollout's acceptance and refresh step as ``(value, aggregation)`` pairs
         (``engine_metrics.tunix_metrics``): pass ``metric_fns=[engine.tunix_metrics]`` to a
         tunix learner (called once per rollout micro-batch) and they reach tunix's metrics
         logger each global step."""
-        return tunix_metrics(self.last, self.refresh_log)
+        return tunix_metrics(self.last, [] if self.refreshed is None else [self.refreshed])
 
     def decode_config(self, rc: RolloutConfig) -> DecodeConfig:
         """The ``DecodeConfig`` a ``RolloutConfig`` maps to (one compiled program each)."""

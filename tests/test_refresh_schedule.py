@@ -1,0 +1,64 @@
+"""The drafter refresh's schedule (``rollout.refresh_schedule``): a step after every call while
+the drafter's chain τ rises or falls, gaps doubling to ``max_gap`` while it is flat."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from dominotree_jax.rollout.refresh_schedule import RefreshSchedule
+
+
+def steps_taken(schedule: RefreshSchedule, chain_tau, calls: int) -> list[int]:
+    """The calls (0-based) after which ``schedule`` takes a step; ``chain_tau(i)`` is what the
+    ``i``-th step measures."""
+    taken = []
+    for call in range(calls):
+        if schedule.due():
+            schedule.record(chain_tau(len(taken)))
+            taken.append(call)
+    return taken
+
+
+def test_a_flat_drafter_is_refreshed_at_doubling_gaps_up_to_max_gap():
+    taken = steps_taken(RefreshSchedule(max_gap=8), lambda i: 2.0, 60)
+    gaps = [b - a for a, b in zip(taken, taken[1:])]
+    assert taken[0] == 0 and gaps[:5] == [1, 2, 4, 8, 8] and set(gaps[3:]) == {8}
+    assert len(taken) == 10   # of 60 calls
+
+
+def test_a_learning_drafter_is_refreshed_after_every_call():
+    taken = steps_taken(RefreshSchedule(), lambda i: 1.5 * 1.03 ** i, 40)
+    assert taken == list(range(40))
+
+
+def test_a_drafter_left_behind_by_the_policy_is_refreshed_after_every_call_again():
+    s = RefreshSchedule(max_gap=16)
+    taken = steps_taken(s, lambda i: 3.0, 40)       # flat: the gaps grew
+    assert s.gap == 16
+    assert s.record(2.8) == "flat" and s.gap == 16   # noise: the average barely moves
+    assert [s.record(2.0) for _ in range(2)] == ["flat", "fallen"]   # a lasting drop
+    assert s.gap == 1 and s.wait == 1 and len(taken) < 10
+    assert s.record(2.9) == "rising"                 # from the fallen level on
+
+
+def test_every_takes_a_step_after_each_call_and_settings_are_checked():
+    assert steps_taken(RefreshSchedule.of("every"), lambda i: 2.0, 10) == list(range(10))
+    assert RefreshSchedule.of("adaptive") == RefreshSchedule()
+    assert RefreshSchedule.of({"max_gap": 4}).max_gap == 4
+    for bad in ("sometimes", 3):
+        with pytest.raises(ValueError, match="schedule must be 'adaptive', 'every'"):
+            RefreshSchedule.of(bad)
+    with pytest.raises(ValueError, match="max_gap >= 1"):
+        RefreshSchedule(max_gap=0)
+    with pytest.raises(ValueError, match="rise and fall must be >= 1"):
+        RefreshSchedule(rise=0.9)
+
+
+def test_the_schedule_resumes_from_its_checkpoint():
+    a = RefreshSchedule(max_gap=8)
+    steps_taken(a, lambda i: 2.0, 9)
+    b = RefreshSchedule.from_checkpoint(pickle.loads(pickle.dumps(a.checkpoint_state())))
+    assert b == a
+    assert steps_taken(a, lambda i: 2.0, 30) == steps_taken(b, lambda i: 2.0, 30)
