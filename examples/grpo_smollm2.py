@@ -54,7 +54,7 @@ TRAIN_ARMS = ARMS[:3]   # the arms a plain run trains (the +lookup ones: --arms)
 LOOKUP_PATHS = 4        # +lookup arms: paths copied from the prompt and the text so far
 DEFAULTS = ArmSettings(model="smollm2", steps=60, prompts=4, group=4, max_new=48,
                        temperature=0.9, lr=3e-5, beta=0.04, seed=0,
-                       refresh=dict(lr=3e-4, anchors=4, rows=None, schedule="adaptive"),
+                       refresh=dict(lr=3e-4, anchors=4, rows=None, schedule="every"),
                        rollout_prompts=1)
 FAST_XLA = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 SUFFIX = " Answer with only the number."
@@ -241,7 +241,8 @@ if __name__ == "__main__":
     ap.add_argument("--refresh-anchors", type=int, default=d.refresh["anchors"])
     ap.add_argument("--refresh-schedule", default=d.refresh["schedule"],
                     choices=("adaptive", "every"),
-                    help="a refresh step when its drafter's chain τ says so, or every call")
+                    help="a refresh step after every call, or when its drafter's chain τ "
+                         "says so (rollout/refresh_schedule.py)")
     ap.add_argument("--out", default="benchmarks/results/rl")
     ap.add_argument("--save-dir", default=None, help="save each arm's final policy here")
     ap.add_argument("--ckpt-every", type=int, default=2,

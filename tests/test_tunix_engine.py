@@ -193,8 +193,8 @@ def test_checkpoint_state_resumes_the_same_rollouts(pair):
     stores it) makes the rollouts the saved engine makes next (key, carried auto state,
     refreshed drafter and its optimizer state, the refresh schedule all restored)."""
     import pickle
-    kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6), drafter_refresh={"lr": 1e-2,
-                                                                       "anchors": 3})
+    kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6),
+              drafter_refresh={"lr": 1e-2, "anchors": 3, "schedule": "adaptive"})
     rc = rcfg(temperature=1.0, top_p=1.0, seed=None)
     a = make_engine(pair, seed=3, **kw)
     a.generate(PROMPTS, rc)
@@ -279,9 +279,10 @@ def test_the_draft_head_is_made_once_per_parameter_values():
 
 
 def test_the_refresh_schedule_skips_steps_while_the_drafter_is_flat(pair):
-    """``drafter_refresh``'s default schedule (``RefreshSchedule``): with a flat chain τ the
-    refresh steps come at doubling gaps (calls 1, 2, 4, 8, ...), and a call without a step
-    reports none (``refreshed`` None, no ``refresh/*`` metric)."""
+    """``drafter_refresh``'s ``schedule="adaptive"`` (``RefreshSchedule``): with a flat chain τ
+    the refresh steps come at doubling gaps (calls 1, 2, 4, 8, ...), and a call without a step
+    reports none (``refreshed`` None, no ``refresh/*`` metric); the default takes a step after
+    every call."""
     from dominotree_jax.rollout.refresh_schedule import RefreshSchedule
 
     class Flat(RefreshSchedule):   # the chain τ read as constant: a flat drafter
@@ -289,7 +290,7 @@ def test_the_refresh_schedule_skips_steps_while_the_drafter_is_flat(pair):
             return super().record(2.0)
 
     eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6),
-                      drafter_refresh={"lr": 1e-2, "anchors": 3})
+                      drafter_refresh={"lr": 1e-2, "anchors": 3, "schedule": "adaptive"})
     assert eng.refresh_schedule == RefreshSchedule()
     eng.refresh_schedule = Flat(max_gap=4)
     took, metrics = [], []
@@ -301,7 +302,7 @@ def test_the_refresh_schedule_skips_steps_while_the_drafter_is_flat(pair):
     assert eng.refresher.num_steps == len(eng.refresh_log) == 4
     assert [r["next_gap"] for r in eng.refresh_log] == [1, 2, 4, 4]
     every = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6),
-                        drafter_refresh={"lr": 1e-2, "anchors": 3, "schedule": "every"})
+                        drafter_refresh={"lr": 1e-2, "anchors": 3})   # the default: every
     for _ in range(3):
         every.generate(PROMPTS, rcfg(temperature=1.0, top_p=1.0, seed=None))
     assert every.refresher.num_steps == 3

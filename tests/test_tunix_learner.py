@@ -154,7 +154,7 @@ def test_grpo_learner_steps_through_rlcluster_with_our_engine(axis_type):
 
 
 def test_drafter_refresh_inside_grpo_learner():
-    """``drafter_refresh=`` with ``schedule="every"``: one drafter step after every rollout
+    """``drafter_refresh=`` (its default schedule): one drafter step after every rollout
     micro-batch tunix asks for (here 2 per global step, ``rollout_micro_batch_size=1`` x a
     group of 2), each on that
     micro-batch's own tokens (a checksum computed inside the compiled step equals the sum of
@@ -174,8 +174,7 @@ def test_drafter_refresh_inside_grpo_learner():
             rollout_engine=functools.partial(
                 RecordingRollout, drafter_config=dcfg, drafter_params=params["drafter"],
                 budget=6, node_topk=3, top_m=16, compiler_options=FAST_XLA,
-                drafter_refresh={"lr": 1e-2, "anchors": 3, "rows": None,
-                                 "schedule": "every"}),
+                drafter_refresh={"lr": 1e-2, "anchors": 3, "rows": None}),
             training_config=rl_cluster_lib.RLTrainingConfig(
                 actor_optimizer=optax.adam(3e-2), eval_every_n_steps=100, max_steps=2,
                 rollout_micro_batch_size=1),

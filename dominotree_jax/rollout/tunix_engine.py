@@ -15,9 +15,10 @@ a stop id: a completion ends at its first pad or EOS (the trainer masks pad ids,
 completion never holds one).
 
 Drafter refresh (opt-in, ``drafter_refresh=``): after a ``generate`` call (so per micro-batch
-RLCluster rolls out) one ``DrafterRefresher`` step on that rollout's features when the
-``RefreshSchedule`` says one is due (after every call while the drafter's chain τ rises or
-falls, less often while it is flat; ``schedule="every"``: every call), the new drafter used
+RLCluster rolls out) one ``DrafterRefresher`` step on that rollout's features (by default
+after every call; ``schedule="adaptive"``: when the ``RefreshSchedule`` says one is due, after
+every call while the drafter's chain τ rises or falls, less often while it is flat), the new
+drafter used
 from the next call on; ``refresh_log`` holds each step's metrics, wall time and memory,
 ``refreshed`` the last call's (None when it took none), ``tunix_metrics`` hands them (and τ)
 to tunix's metrics logger.
@@ -101,9 +102,9 @@ class DominoTreeRollout(BaseRollout):
         removes pad ids from prompts before decoding). Default: ``"drop"`` when
         ``rollout_actor`` is a ``TunixCausalLM`` without a ``pad_id``, else ``"keep"``.
         ``drafter_refresh``: True or ``DrafterRefresher`` keyword arguments (``lr``,
-        ``anchors``, ``rows``, ``vocab_ids``, ...) plus ``schedule`` (``"adaptive"``, the
-        default, or ``"every"``; ``refresh_schedule.RefreshSchedule``): a drafter step after a
-        ``generate`` call when the schedule says it is due (``"every"``: after every one).
+        ``anchors``, ``rows``, ``vocab_ids``, ...) plus ``schedule`` (``"every"``, the
+        default: a drafter step after every ``generate`` call; ``"adaptive"``: when
+        ``refresh_schedule.RefreshSchedule`` says one is due).
         ``share_prefill``: prefill each distinct prompt of a ``generate`` call once and copy
         its caches to the rows repeating it (GRPO hands over G copies of each prompt); the
         samples are the same as without (``decode``'s ``prompt_rows``); one compilation per
@@ -146,7 +147,7 @@ class DominoTreeRollout(BaseRollout):
         self.refreshed: dict | None = None   # the last call's refresh step (None: none)
         if drafter_refresh:
             opts = {} if drafter_refresh is True else dict(drafter_refresh)
-            self.refresh_schedule = RefreshSchedule.of(opts.pop("schedule", "adaptive"))
+            self.refresh_schedule = RefreshSchedule.of(opts.pop("schedule", "every"))
             opts.setdefault("compiler_options", compiler_options)
             self.refresher = DrafterRefresher(drafter_config, self.tcfg, drafter_params, **opts)
         self.programs = RolloutPrograms(self.tcfg, self.prompt_pads, compiler_options)
