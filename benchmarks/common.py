@@ -45,6 +45,8 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
                    "head)",
         "long_prompt": "prefill, per-token decode and peak memory at 512..8k prompt tokens, "
                        "ours vs transformers",
+        "long_context": "an ar step and a DominoTree round at a long context against a short "
+                        "one, side by side in one process",
         "attention_layout": "the cache pass's score layout ([S, U] vs [U, S]), one layer and "
                             "the whole step",
         "cache_write": "the batch-16 cache write: float32, plain bf16 scatter, bf16 bits",

@@ -9,6 +9,7 @@ compiles one decode program, so the tests reuse a few configs."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -248,32 +249,48 @@ def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):
 
 def test_the_draft_head_is_made_once_per_parameter_values():
     """With a draft vocabulary the engine makes the drafter's draft head (``decode.draft_head``)
-    once after each parameter update instead of in every call: the same array serves calls
-    until ``update_params``; a refreshed drafter (same ``d2t``) keeps it; a stale head would
-    draw other tokens than a fresh engine with the new parameters (checked)."""
+    once per parameter values instead of in every call: the same array serves calls until a
+    target array is replaced (``update_params``, or a trainer sharing its variables with the
+    engine); a refreshed drafter (same ``d2t``) keeps it; a stale head would draw other tokens
+    than a fresh engine with the new parameters (checked)."""
     import dataclasses
     from dominotree_jax.model.drafter import init_drafter_params
     tcfg, dcfg, params = tiny_pair()
     d2t = np.array([0, 2, 3, 5, 8, 13, 21, 34, 40, 55, 63])
     dcfg = dataclasses.replace(dcfg, draft_vocab_size=len(d2t))
     params = dict(params, drafter=init_drafter_params(dcfg, 1, d2t=d2t))
-    pair_ = (tcfg, dcfg, params)
     rc = rcfg(temperature=1.0, top_p=1.0, seed=5)
-    eng = make_engine(pair_, top_m=8)
+    eng = make_engine((tcfg, dcfg, params), top_m=8)
+
+    def head():
+        (entry,) = eng.programs._heads.values()
+        return entry[2]
+
     eng.generate(PROMPTS, rc)
-    (head,) = eng.programs._heads.values()
+    first = head()
     eng.generate(PROMPTS, rc)
-    assert next(iter(eng.programs._heads.values())) is head
-    eng.update_drafter_params(jax.tree.map(lambda x: x, params["drafter"]))
-    assert next(iter(eng.programs._heads.values())) is head   # same d2t: kept
+    assert head() is first
+    eng.update_drafter_params(jax.tree.map(jnp.copy, params["drafter"]))
+    eng.generate(PROMPTS, rc)
+    assert head() is first                      # new drafter arrays, same d2t: kept
     permuted = jax.tree.map(lambda x: x[::-1] if x.ndim == 2 else x, params["target"])
-    eng.update_params(permuted)
-    assert not eng.programs._heads
-    new = eng.generate(PROMPTS, rc)
-    fresh = make_engine((tcfg, dcfg, dict(params, target=permuted)), top_m=8).generate(PROMPTS, rc)
-    for a, b in zip(new.tokens, fresh.tokens):
-        np.testing.assert_array_equal(a, b)
-    eng.programs._heads[next(iter(eng.programs._heads))] = head    # the stale head
+    fresh = make_engine((tcfg, dcfg, dict(params, target=permuted)), top_m=8).generate(
+        PROMPTS, rc)
+    for swap in ("update_params", "shared variables"):
+        eng = make_engine((tcfg, dcfg, params), top_m=8)
+        eng.generate(PROMPTS, rc)
+        old = head()
+        if swap == "update_params":
+            eng.update_params(permuted)
+        else:   # the trainer replaced the arrays of variables the engine shares
+            eng._params = dict(eng._params, target=jax.tree.map(jnp.asarray, permuted))
+        new = eng.generate(PROMPTS, rc)
+        assert head() is not old, swap
+        for a, b in zip(new.tokens, fresh.tokens):
+            np.testing.assert_array_equal(a, b)
+    (key,) = eng.programs._heads
+    refs, vocab, _ = eng.programs._heads[key]
+    eng.programs._heads[key] = (refs, vocab, old)   # the stale head, made for other weights
     stale = eng.generate(PROMPTS, rc)
     assert any(not np.array_equal(a, b) for a, b in zip(stale.tokens, fresh.tokens))
 

@@ -8,7 +8,6 @@
 - ``merged_target_params``: tunix's ``update_params`` values merged into the current target
   parameters (a subset merges by path), checked for shape and cast to the current dtypes.
 - ``placed_like``: new drafter values placed as the current ones (dtype, shape, sharding).
-- ``same_draft_vocab``: whether two drafter states share their draft vocabulary (``d2t``).
 """
 
 from __future__ import annotations
@@ -95,18 +94,3 @@ def placed_like(new_tree, current_tree):
         return jax.device_put(new, cur.sharding) if isinstance(cur, jax.Array) else new
 
     return jax.tree.map(placed, new_tree, current_tree)
-
-
-def same_draft_vocab(drafter_a, drafter_b) -> bool:
-    """Whether two drafter states (``nnx.State`` or nested dicts) hold the same ``d2t`` (both
-    without one counts as the same): what the draft head made from the target depends on."""
-    def d2t(state):
-        if state is None:
-            return None
-        pure = nnx.to_pure_dict(state) if isinstance(state, nnx.State) else state
-        return pure.get("d2t")
-
-    a, b = d2t(drafter_a), d2t(drafter_b)
-    if a is None or b is None:
-        return a is None and b is None
-    return a is b or bool(jnp.array_equal(jnp.asarray(a), jnp.asarray(b)))

@@ -3,7 +3,9 @@
 ``RolloutPrograms.decode``: ``decode`` over a prompt batch, compiled once per ``(DecodeConfig,
 batch, width)`` (``decode_config_for`` maps tunix's ``RolloutConfig`` to the ``DecodeConfig``); the
 parameters are arguments, so new parameter values never recompile. ``traces`` lists the config
-of each compilation. ``RolloutPrograms.per_token_logps``: the teacher-forced completion log-probs
+of each compilation; the drafter's draft head it reads (``decode.draft_head``) is made once per
+config and parameter values, not in every call (``RolloutPrograms.head_for``).
+``RolloutPrograms.per_token_logps``: the teacher-forced completion log-probs
 tunix's trainer computes (``masked_forward.completion_logprobs``), compiled once per shapes,
 pad id and temperature (``logp_traces``). Rows go on the data axis of the parameters' mesh
 (``placement.BatchPlacement``).
@@ -11,9 +13,12 @@ pad id and temperature (``logp_traces``). Rows go on the data axis of the parame
 
 from __future__ import annotations
 
+import weakref
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.decoding.config import DecodeConfig
@@ -79,19 +84,26 @@ class RolloutPrograms:
         self._decode = jax.jit(run, static_argnames="config", compiler_options=compiler_options)
         self._draft_head = jax.jit(draft_head, static_argnames="config",
                                    compiler_options=compiler_options)
-        self._heads: dict[DecodeConfig, jax.Array | None] = {}
+        self._heads: dict[DecodeConfig, tuple] = {}
         self._logps = jax.jit(logps, static_argnames=("pad_id", "temperature"),
                               compiler_options=compiler_options)
 
-    def forget_params(self) -> None:
-        """Drop what was made from the current parameter values (call on every update)."""
-        self._heads.clear()
-
     def head_for(self, params, config: DecodeConfig):
-        """The draft head of ``params`` under ``config``, made on first use after an update."""
-        if config not in self._heads:
-            self._heads[config] = self._draft_head(params, config=config)
-        return self._heads[config]
+        """The draft head of ``params`` under ``config``: the one made for the last call unless
+        a target parameter array was replaced since (``update_params``, or a trainer that
+        shares its variables with the engine) or the draft vocabulary changed. The arrays it
+        was made from are held by weak references (an old policy is not kept alive)."""
+        leaves = jax.tree.leaves(params["target"])
+        d2t = _draft_vocab(params.get("drafter"))
+        hit = self._heads.get(config)
+        if hit is not None:
+            refs, old_d2t, head = hit
+            if (len(refs) == len(leaves) and all(r() is x for r, x in zip(refs, leaves))
+                    and _same_vocab(old_d2t, d2t)):
+                return head
+        head = self._draft_head(params, config=config)
+        self._heads[config] = ([weakref.ref(x) for x in leaves], d2t, head)
+        return head
 
     def decode(self, params, batch: PromptBatch, key, auto_state, row_stops_Be,
                config: DecodeConfig, place: BatchPlacement, share_prefill: bool):
@@ -129,3 +141,19 @@ class RolloutPrograms:
             (jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(completion_tokens, jnp.int32)))
         return self._logps(target_params, prompt, completion, pad_id=pad_id,
                            temperature=temperature)
+
+
+def _draft_vocab(drafter_state):
+    """The ``d2t`` map of a drafter state as a host array (None without a drafter or a draft
+    vocabulary)."""
+    if drafter_state is None:
+        return None
+    pure = nnx.to_pure_dict(drafter_state) if isinstance(drafter_state, nnx.State) \
+        else drafter_state
+    d2t = pure.get("d2t")
+    return None if d2t is None else np.asarray(d2t)
+
+
+def _same_vocab(a, b) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None
+                                         and np.array_equal(a, b))

@@ -58,9 +58,8 @@ from dominotree_jax.rollout.tunix_model import TunixCausalLM
 ARM_CSV_FIELDS = (
     "arm", "step", "reward_mean", "rollout_s", "rollout_tokens", "tokens_per_s", "tau",
     "draft_size", "refresh_steps", "refresh_s", "refresh_loss", "refresh_chain_tau_before",
-    "refresh_temp_bytes",
-    "refresh_logits_bytes", "completion_len", "rollout_calls", "compiles", "step_wall_s",
-    "loadavg_1m", "time_utc", "beside_ar_tokens_per_s", "beside_ar_tokens")
+    "refresh_temp_bytes", "refresh_logits_bytes", "completion_len", "rollout_calls", "compiles",
+    "step_wall_s", "loadavg_1m", "time_utc", "beside_ar_tokens_per_s", "beside_ar_tokens")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,10 +18,9 @@ Drafter refresh (opt-in, ``drafter_refresh=``): after a ``generate`` call (so pe
 RLCluster rolls out) one ``DrafterRefresher`` step on that rollout's features (by default
 after every call; ``schedule="adaptive"``: when the ``RefreshSchedule`` says one is due, after
 every call while the drafter's chain τ rises or falls, less often while it is flat), the new
-drafter used
-from the next call on; ``refresh_log`` holds each step's metrics, wall time and memory,
-``refreshed`` the last call's (None when it took none), ``tunix_metrics`` hands them (and τ)
-to tunix's metrics logger.
+drafter used from the next call on; ``refresh_log`` holds each step's metrics, wall time and
+memory, ``refreshed`` the last call's (None when it took none), ``tunix_metrics`` hands them
+(and τ) to tunix's metrics logger.
 
 Parameters are arguments of one jitted program per ``(DecodeConfig, batch, width)``, so
 ``update_params`` changes the next rollout without compiling anything (``num_compilations``).
@@ -66,8 +65,7 @@ from dominotree_jax.rollout.drafter_refresh import DrafterRefresher
 from dominotree_jax.rollout.engine_batches import (prompt_batch, prompt_pads_for, rollout_output,
                                                    row_stop_array, stop_ids)
 from dominotree_jax.rollout.engine_metrics import LastRollout, tunix_metrics
-from dominotree_jax.rollout.engine_params import (merged_target_params, placed_like,
-                                                  same_draft_vocab, target_of,
+from dominotree_jax.rollout.engine_params import (merged_target_params, placed_like, target_of,
                                                   without_explicit_axes)
 from dominotree_jax.rollout.refresh_schedule import RefreshSchedule
 from dominotree_jax.rollout.engine_programs import (RolloutPrograms, decode_config_for,
@@ -218,18 +216,14 @@ class DominoTreeRollout(BaseRollout):
         (and moved off ``Explicit`` mesh axes). No recompilation."""
         self._params = dict(self._params, target=without_explicit_axes(
             merged_target_params(self._params["target"], params)))
-        self.programs.forget_params()
 
     def update_drafter_params(self, drafter_params, probe: bool = True) -> None:
         """New drafter parameter values (same structure), placed as the current ones (a
         refresh step's output carries the training mesh's sharding): no recompilation.
         ``probe``: ``budget="auto"`` probes the new drafter in its next round
         (``auto_size.probe_next``) instead of waiting out a gap learned with the old one."""
-        before = self._params["drafter"]
         self._params = dict(self._params, drafter=without_explicit_axes(
-            placed_like(drafter_params, before)))
-        if not same_draft_vocab(before, self._params["drafter"]):   # the refresh keeps it
-            self.programs.forget_params()
+            placed_like(drafter_params, self._params["drafter"])))
         if probe:
             self.auto_probe.probe_all()
 

@@ -1,0 +1,128 @@
+"""A decode step and a DominoTree round at a long context against a short one, side by side in
+one process (issue 47 item 2): the `ar` step's time per token and a fixed budget-16 DominoTree
+round's time, each at every ``--contexts`` length, and their ratio to the shortest context.
+
+The prompt is the long-prompt benchmark's (``step long_prompt``: documentation text cut to the
+length, then a question). Times are differences of two decodes that share the prompt (so its
+prefill, the bulk of a long call, cancels): ``ar`` per token = (decode of 5 + D tokens - decode
+of 5) / D; a round = (decode of 5 + E tokens - decode of 5) / (its rounds - the short one's), at
+T 0 (the rounds are then fixed). Every program is compiled first; the calls are interleaved
+run by run (``measure.timing.interleaved_medians``) and each figure is the median of
+``--runs``. Batch 1, SmolLM2-135M + the shipped drafter at ``--precision``. At ~4k context a
+call is ~5-6 s of prefill around ~2 s of 96 decode steps (Zen 5, 2 cores), so the prefill's
+noise moves the per-step figure by 10-15 %: read one run as a rough ratio.
+
+    python -m benchmarks step long_context [--contexts 64 4000] [--runs 3] [--decode 32]
+        [--spec 48] [--precision float32] [--out FILE.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+from benchmarks.common import RESULTS, command_line
+from benchmarks.step.long_prompt import prompt_ids
+
+WARM = 5   # tokens of the shorter decode of each pair
+
+
+def programs(pair, ids, method: str, new_tokens: int):
+    """A compiled decode of ``new_tokens`` (T 0) and its output."""
+    import jax
+    import jax.numpy as jnp
+
+    import dominotree_jax as dj
+    if method == "ar":
+        cfg = dj.DecodeConfig(target=pair.target.config, method="ar", max_new_tokens=new_tokens,
+                              stop_ids=())
+        params = {"target": pair.target.params, "drafter": None}
+    else:
+        cfg = pair.config(method, max_new_tokens=new_tokens, budget=16, stop_ids=())
+        params = pair.params
+    prog = jax.jit(dj.decode, static_argnames="config").lower(
+        params, jax.ShapeDtypeStruct(ids.shape, jnp.int32), config=cfg).compile()
+    out = jax.block_until_ready(prog(params, ids))
+    return (lambda: jax.block_until_ready(prog(params, ids))), out
+
+
+def measure(pair, contexts, runs: int, decode: int, spec: int) -> list[dict]:
+    import numpy as np
+    calls, meta = [], []
+    for n in contexts:
+        ids = np.asarray([prompt_ids(pair.target, n)], np.int32)
+        for method, extra in (("ar", decode), ("dominotree", spec)):
+            short, s_out = programs(pair, ids, method, WARM)
+            long_, l_out = programs(pair, ids, method, WARM + extra)
+            rounds = int(l_out.num_rounds[0]) - int(s_out.num_rounds[0])
+            calls += [short, long_]
+            meta.append((n, method, rounds, int(l_out.num_tokens[0]) - int(s_out.num_tokens[0])))
+            print(f"compiled context {n} {method}: {rounds} rounds apart", flush=True)
+    from dominotree_jax.measure.timing import interleaved_medians
+    ms = interleaved_medians({str(i): f for i, f in enumerate(calls)}, runs, warmup=0)
+    secs = [ms[str(i)] / 1e3 for i in range(len(calls))]
+    rows = []
+    for i, (n, method, rounds, tokens) in enumerate(meta):
+        short_s, long_s = secs[2 * i], secs[2 * i + 1]
+        print(f"context {n} {method}: {short_s:.3f} s and {long_s:.3f} s", flush=True)
+        if long_s <= short_s:
+            raise SystemExit(f"context {n} {method}: the longer decode was not slower ("
+                             f"{long_s:.3f} <= {short_s:.3f} s): the prefill's noise is "
+                             "larger than the decode timed; raise --decode / --spec or --runs")
+        rows.append(dict(context=n, method=method, rounds=rounds, tokens=tokens,
+                         short_s=short_s, long_s=long_s,
+                         ms_per_round=1e3 * (long_s - short_s) / max(rounds, 1)))
+    for r in rows:
+        base = next(b for b in rows if b["method"] == r["method"])
+        r["x_short"] = r["ms_per_round"] / base["ms_per_round"]
+        ar = next(b for b in rows if b["method"] == "ar" and b["context"] == r["context"])
+        r["x_ar_step"] = r["ms_per_round"] / ar["ms_per_round"]
+    return rows
+
+
+def table(rows, args, cpu: str, argv) -> str:
+    lines = [f"# A step and a DominoTree round at long contexts ({args.precision})", "",
+             f"`{command_line('step', 'long_context', argv)}`", "",
+             f"{cpu}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, batch 1, T 0, "
+             f"median of {args.runs} interleaved runs.", "",
+             "| context | method | ms / round | x the shortest context | x this context's AR "
+             "step | rounds timed | tokens | calls timed (s) |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['context']} | {r['method']} | {r['ms_per_round']:.1f} | "
+                     f"{r['x_short']:.2f} | {r['x_ar_step']:.2f} | {r['rounds']} | "
+                     f"{r['tokens']} | {r['short_s']:.2f} / {r['long_s']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        name = next(line.split(":", 1)[1].strip() for line in text.splitlines()
+                    if line.startswith("model name"))
+        flags = [f for f in ("amx_bf16", "avx512_bf16") if f" {f}" in text]
+        return f"{name} ({', '.join(flags) or 'no bf16 units'})"
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--contexts", type=int, nargs="+", default=[64, 4000])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--decode", type=int, default=32, help="ar tokens timed per context")
+    ap.add_argument("--spec", type=int, default=48, help="DominoTree tokens timed per context")
+    ap.add_argument("--precision", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--out", default=str(RESULTS / "long_context" / "step_and_round.md"))
+    args = ap.parse_args(argv)
+    if sorted(args.contexts) != args.contexts or args.contexts[0] < 16:
+        raise SystemExit("--contexts must be increasing lengths of at least 16 tokens")
+    from dominotree_jax.measure.default_pair import load_models
+    pair, _, _ = load_models(None, None, args.precision)
+    rows = measure(pair, args.contexts, args.runs, args.decode, args.spec)
+    text = table(rows, args, cpu_name(), argv)
+    print(text)
+    with open(args.out, "w") as f:
+        f.write(text)
