@@ -10,7 +10,10 @@ T 0 (the rounds are then fixed). Every program is compiled first; the calls are 
 run by run (``measure.timing.interleaved_medians``) and each figure is the median of
 ``--runs``. Batch 1, SmolLM2-135M + the shipped drafter at ``--precision``. At ~4k context a
 call is ~5-6 s of prefill around ~2 s of 96 decode steps (Zen 5, 2 cores), so the prefill's
-noise moves the per-step figure by 10-15 %: read one run as a rough ratio.
+noise moves the per-step figure by 10-15 %: read one run as a rough ratio. So the ``ar`` step
+is also timed alone: the prompt prefilled once, then a compiled loop of greedy target steps on
+a copy of that cache (the target's forward and head only, without ``decode``'s sampling and
+bookkeeping), ``D`` steps minus ``5``.
 
     python -m benchmarks step long_context [--contexts 64 4000] [--runs 3] [--decode 32]
         [--spec 48] [--precision float32] [--out FILE.md]
@@ -19,7 +22,9 @@ noise moves the per-step figure by 10-15 %: read one run as a rough ratio.
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
+import statistics
 import time
 
 from benchmarks.common import RESULTS, command_line
@@ -28,7 +33,7 @@ from benchmarks.step.long_prompt import prompt_ids
 WARM = 5   # tokens of the shorter decode of each pair
 
 
-def programs(pair, ids, method: str, new_tokens: int):
+def decode_program(pair, ids, method: str, new_tokens: int):
     """A compiled decode of ``new_tokens`` (T 0) and its output."""
     import jax
     import jax.numpy as jnp
@@ -47,14 +52,81 @@ def programs(pair, ids, method: str, new_tokens: int):
     return (lambda: jax.block_until_ready(prog(params, ids))), out
 
 
+def ar_step_runner(pair, ids, steps: int, slots: int):
+    """``run() -> seconds``: a compiled loop of ``steps`` greedy target steps on a copy of the
+    prompt's cache (prefilled once, ``slots`` slots): the step alone, without the prefill."""
+    import jax
+    import jax.numpy as jnp
+
+    from dominotree_jax.model.target import bind_target, prefill
+    from dominotree_jax.sampling import first_argmax
+    cfg = pair.target.config
+    T = ids.shape[1]
+
+    @jax.jit
+    def prefilled(params, prompt_BT):
+        out, last_BV = prefill(bind_target(cfg, params), prompt_BT,
+                               jnp.full((1,), T, jnp.int32), slots)
+        return out.cache, first_argmax(last_BV)
+
+    @functools.partial(jax.jit, donate_argnums=1)
+    def loop(params, cache, tok_B):
+        target = bind_target(cfg, params)
+
+        def step(i, carry):
+            cache, tok_B = carry
+            pos_B = jnp.full((1,), T, jnp.int32) + i
+            out = target.forward_cached(tok_B[:, None], pos_B[:, None], cache, pos_B, pos_B,
+                                        jnp.ones((1, 1, 1), bool))
+            return out.cache, first_argmax(target.logits(out.hidden[:, 0]))
+
+        return jax.lax.fori_loop(0, steps, step, (cache, tok_B))
+
+    params = pair.target.params
+    cache, tok_B = jax.block_until_ready(prefilled(params, ids))
+
+    def run():
+        fresh = jax.tree.map(jnp.copy, cache)   # (the loop consumes its cache)
+        jax.block_until_ready(fresh)
+        t0 = time.perf_counter()
+        jax.block_until_ready(loop(params, fresh, tok_B))
+        return time.perf_counter() - t0
+
+    run()   # compiles
+    return run
+
+
+def ar_steps_alone(pair, contexts, runs: int, steps: int) -> list[dict]:
+    """ms per greedy target step on a prefilled cache at each context (interleaved runs)."""
+    import numpy as np
+    runners = {}
+    for n in contexts:
+        ids = np.asarray([prompt_ids(pair.target, n)], np.int32)
+        slots = n + steps + 1
+        runners[n] = (ar_step_runner(pair, ids, steps, slots),
+                      ar_step_runner(pair, ids, WARM, slots))
+    times = {n: ([], []) for n in contexts}
+    for _ in range(runs):
+        for n, (long_, short) in runners.items():
+            times[n][0].append(long_())
+            times[n][1].append(short())
+    rows = []
+    for n in contexts:
+        long_s, short_s = (statistics.median(t) for t in times[n])
+        rows.append(dict(context=n, ms_per_step=1e3 * (long_s - short_s) / (steps - WARM)))
+    for r in rows:
+        r["x_short"] = r["ms_per_step"] / rows[0]["ms_per_step"]
+    return rows
+
+
 def measure(pair, contexts, runs: int, decode: int, spec: int) -> list[dict]:
     import numpy as np
     calls, meta = [], []
     for n in contexts:
         ids = np.asarray([prompt_ids(pair.target, n)], np.int32)
         for method, extra in (("ar", decode), ("dominotree", spec)):
-            short, s_out = programs(pair, ids, method, WARM)
-            long_, l_out = programs(pair, ids, method, WARM + extra)
+            short, s_out = decode_program(pair, ids, method, WARM)
+            long_, l_out = decode_program(pair, ids, method, WARM + extra)
             rounds = int(l_out.num_rounds[0]) - int(s_out.num_rounds[0])
             calls += [short, long_]
             meta.append((n, method, rounds, int(l_out.num_tokens[0]) - int(s_out.num_tokens[0])))
@@ -96,6 +168,15 @@ def table(rows, args, cpu: str, argv) -> str:
     return "\n".join(lines) + "\n"
 
 
+def alone_table(rows, args) -> str:
+    lines = ["", f"The target's greedy step alone on a prefilled cache (no prefill in the "
+             f"timed calls; {args.decode} steps minus {WARM}, slots = context + "
+             f"{args.decode} + 1):", "",
+             "| context | ms / step | x the shortest context |", "|---|---:|---:|"]
+    lines += [f"| {r['context']} | {r['ms_per_step']:.2f} | {r['x_short']:.2f} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -121,8 +202,12 @@ def main(argv=None):
         raise SystemExit("--contexts must be increasing lengths of at least 16 tokens")
     from dominotree_jax.measure.default_pair import load_models
     pair, _, _ = load_models(None, None, args.precision)
+    alone = ar_steps_alone(pair, args.contexts, args.runs, args.decode)
+    for r in alone:
+        print(f"ar step alone, context {r['context']}: {r['ms_per_step']:.2f} ms "
+              f"({r['x_short']:.2f}x)", flush=True)
     rows = measure(pair, args.contexts, args.runs, args.decode, args.spec)
-    text = table(rows, args, cpu_name(), argv)
+    text = table(rows, args, cpu_name(), argv) + alone_table(alone, args)
     print(text)
     with open(args.out, "w") as f:
         f.write(text)
