@@ -327,8 +327,11 @@ def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
         live_BS = jnp.arange(S)[None, :] < prefix_B[:, None]
         state = _prefix_step(state, q_BKUD, cache_k_BKSD, cache_v_BKSD, live_BS, fused)
     elif U <= dense_rows:   # decode, verify
-        buckets = []
-        width = blk
+        # the first bucket always (a switch of one branch would be no conditional, and a read
+        # of the whole loop-carried cache outside one makes XLA copy it every step), then
+        # powers of two below S / BUCKET_SHARE_MAX, then the whole cache
+        buckets = [blk]
+        width = 2 * blk
         while width * BUCKET_SHARE_MAX < S:
             buckets.append(width)
             width *= 2
