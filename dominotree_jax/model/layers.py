@@ -246,11 +246,11 @@ def _online_step(state, s, visible, v_BKSD, slot_axis: int = 3, fused: bool = Fa
 # batch up to 16 (a batch-1 step at 4,000 context slots: 24.7 against 27.4 ms; one layer's pass
 # at batch 16 and 640 slots 21.5 vs 29.9 ms), the softmax reducing along the contiguous axis.
 SLOT_MAJOR_ROWS = 8
+SLOT_MAJOR_MIN_BATCH = 32
 # ``attend_cached``'s power-of-two buckets stop below ``S / BUCKET_SHARE_MAX`` slots; a longer
 # prefix reads the whole cache (the bucket's slice is a copy of the slots it reads, the whole
 # cache is read in place inside the ``switch``)
 BUCKET_SHARE_MAX = 2
-SLOT_MAJOR_MIN_BATCH = 32
 # ``attend_cached(fused=True)``: the cache pass of a few query rows as elementwise products and
 # sums (scores: q x k summed over D; values: p x v summed over the slots), which XLA:CPU fuses
 # into single passes over the slots instead of batched few-row dots. The slot-refill AR step
