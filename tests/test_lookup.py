@@ -187,13 +187,44 @@ def test_auto_with_lookup_is_identical_to_ar_and_uses_lookup_only_rounds():
     assert (sizes > 0).any() and float(out.mean_tau()) > 1.0
 
 
-@pytest.mark.parametrize("method", ["lookup", "dominotree"])
-def test_sampling_with_lookup_is_the_targets_distribution(method):
+@pytest.mark.parametrize("batch", [1, 3])
+def test_lookup_without_a_drafter_takes_auto_sizes_and_equals_ar(batch):
+    """``method="lookup", budget="auto"``: no drafter; each round verifies a plain step or the
+    lookup paths at one of the auto sizes, identical to ``ar`` at T = 0 (batches, stop ids),
+    plain steps where no path is worth its verify and lookup rounds where one is."""
+    tcfg, _, params = tiny_pair(vocab=64, block_size=4)
+    prompts = np.stack([PROMPT, np.roll(PROMPT, 3), PROMPT[::-1].copy()])[:batch]
+    lengths = np.array([17, 12, 9])[:batch]
+    kw = dict(target=tcfg, max_new_tokens=40, stop_ids=(61,))
+    ref = jdecode(params, jnp.asarray(prompts), prompt_lengths=jnp.asarray(lengths),
+                  config=DecodeConfig(method="ar", **kw))
+    cheap = CostTable(verify=((1, 1.0), (17, 1.2)), source="test")
+    cfg = DecodeConfig(method="lookup", budget="auto", auto_costs=cheap, lookup=2,
+                       lookup_length=6, **kw)
+    assert cfg.is_auto and cfg.size_options == (0, 2, 4, 8, 16) and cfg.num_draft_nodes == 16
+    out = jdecode({"target": params["target"]}, jnp.asarray(prompts),
+                  prompt_lengths=jnp.asarray(lengths), config=cfg)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_array_equal(out.num_tokens, ref.num_tokens)
+    sizes = np.asarray(out.draft_sizes[0, :int(out.num_rounds[0])])
+    assert (sizes > 0).any() and float(out.mean_tau()) > 1.0
+    # dear verifies: no lookup path is worth one, every round is a plain step
+    dear = CostTable(verify=((1, 1.0), (3, 50.0)), source="test")
+    out = jdecode({"target": params["target"]}, jnp.asarray(prompts),
+                  prompt_lengths=jnp.asarray(lengths), config=cfg.replace(auto_costs=dear))
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    assert int(np.asarray(out.draft_sizes).max()) == 0
+
+
+@pytest.mark.parametrize("method,budget", [("lookup", 6), ("lookup", "auto"),
+                                           ("dominotree", 6)])
+def test_sampling_with_lookup_is_the_targets_distribution(method, budget):
     runs = 20000
     tcfg, dcfg, params, prompt, exact = sampling_case()
     # a prompt that repeats so lookup finds matches from the first round
     cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=3,
-                       temperature=1.0, budget=6, node_topk=2, top_m=0, lookup=3)
+                       temperature=1.0, budget=budget, node_topk=2, top_m=0, lookup=3,
+                       auto_costs=CostTable(verify=((1, 1.0), (17, 1.2)), source="test"))
     out = jit_decode(SAMPLING_XLA)(params, jnp.tile(prompt, (runs, 1)), config=cfg,
                                    key=jax.random.key(11))
     toks = np.asarray(out.tokens)
@@ -210,7 +241,6 @@ def test_bad_settings_are_refused_by_name():
                       (dict(lookup=2, lookup_ngram=(3, 2)), "lookup_ngram must be"),
                       (dict(lookup=2, lookup_accept=((0.5, 1.5),)), "probabilities in"),
                       (dict(method="ar", lookup=2), "lookup drafting needs a drafting method"),
-                      (dict(method="lookup", budget="auto"), "budget='auto' needs a drafter"),
                       (dict(method="lookup", return_features=True), "return_features")):
         with pytest.raises(ValueError, match=match):
             DecodeConfig(**{**base, **kw})

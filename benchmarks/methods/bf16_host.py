@@ -9,8 +9,9 @@ speed, and ``budget="auto"``'s plain steps run on their float32 view (as fast as
 Runs, each one jitted ``decode`` compiled once and used on every prompt (batch 1, T 0, prompts
 right-padded to one bucket that holds the longest): float32 ``ar`` (the reference), bf16
 ``ar``, bf16 DominoTree auto, bf16 DominoTree + lookup auto, float32 DominoTree + lookup
-auto, bf16 ``lookup`` at budget 16 (and bf16 DominoTree + lookup auto with each further
-``--lookup-lengths``). Prints tokens/s per dataset, x float32 ``ar``, tau and
+auto, bf16 ``lookup`` at budget 16, ``lookup`` auto (no drafter: a plain step or the lookup
+paths each round) on bf16 and float32 weights (and bf16 DominoTree + lookup auto with each
+further ``--lookup-lengths``). Prints tokens/s per dataset, x float32 ``ar``, tau and
 the plain-step share, and whether each run's tokens equal its reference's: float32 ``ar``'s for
 float32 runs (always, or it is a bug); bf16 ``ar``'s for bf16 runs, from which a many-row bf16
 verify may part at near-ties (docs/precision.md). Pause other CPU work while it runs.
@@ -66,6 +67,10 @@ def main(argv=None):
          "float32 ar"),
         ("bf16 lookup, budget 16", pair16, pair16.config("lookup", budget=16, **look, **kw),
          "bf16 ar"),
+        ("bf16 lookup auto", pair16, pair16.config("lookup", budget="auto", **look, **kw),
+         "bf16 ar"),
+        ("float32 lookup auto", pair32, pair32.config("lookup", budget="auto", **look, **kw),
+         "float32 ar"),
     ]
     results = {}
     for label, pair, cfg, _ in runs:

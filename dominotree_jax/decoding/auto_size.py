@@ -21,7 +21,9 @@ The policy, all of it inside the jitted loop (``AutoState`` is part of the loop 
    the estimate it updates dates from before the plain stretch). ``rate`` starts optimistic,
    so the first round drafts. When even a strong drafter (3/4 of the longest path accepted)
    could not beat the AR rate at any size (a large batch on a CPU), no round drafts at all and
-   the loop is compiled as plain steps.
+   the loop is compiled as plain steps. ``method="lookup"`` has no drafter: no round drafts,
+   and each verifies lookup paths at the size point 2 picks from their scores (or is a plain
+   step), as the rounds a drafter sits out do with ``lookup=K``.
 2. Which size, once drafted: the drafter's scores are cumulative path log-probs in pop order
    (parents before children, best first), so the first ``n`` nodes are a valid subtree and
    ``E(n) = 1 + c * sum_{i<n} exp(score_i)`` is its expected committed tokens. ``c`` calibrates an
@@ -78,10 +80,10 @@ PROBE_SHARE = 0.04     # base probe gap >= draft cost / this: a useless drafter'
                        # at most ~4% of the time, then halving as the gap doubles
 
 
-def default_sizes(method: str, num_draft_positions: int) -> tuple[int, ...]:
-    """Trees: ``0, 2, 4, 8, 16`` nodes; chains: ``0, 2, 4, 8, ...`` capped at (and ending
-    with) the drafter's ``J`` positions."""
-    if method in ("ddtree", "condstatic", "dominotree"):
+def default_sizes(method: str, num_draft_positions: int | None) -> tuple[int, ...]:
+    """Trees and lookup paths: ``0, 2, 4, 8, 16`` nodes; chains: ``0, 2, 4, 8, ...`` capped
+    at (and ending with) the drafter's ``J`` positions."""
+    if method in ("ddtree", "condstatic", "dominotree", "lookup"):
         return (0, 2, 4, 8, 16)
     J = num_draft_positions
     sizes, n = [0], 2
@@ -91,7 +93,7 @@ def default_sizes(method: str, num_draft_positions: int) -> tuple[int, ...]:
     return tuple(sizes + [J])
 
 
-def check_sizes(sizes, method: str, num_draft_positions: int) -> tuple[int, ...]:
+def check_sizes(sizes, method: str, num_draft_positions: int | None) -> tuple[int, ...]:
     sizes = tuple(sizes)
     if (len(sizes) < 2 or sizes[0] != 0 or any(not isinstance(n, int) for n in sizes)
             or list(sizes) != sorted(set(sizes))):
@@ -138,7 +140,8 @@ class AutoPolicy:
         self.sizes = config.size_options
         table = table_for_batch(config.auto_costs, batch)
         self.verify_costs = tuple(table.verify_cost(n + 1) for n in self.sizes)
-        self.draft_cost = table.draft_cost(config.method)
+        # method "lookup" has no drafter: its rounds verify lookup paths or take plain steps
+        self.draft_cost = table.draft_cost(config.method) if config.uses_drafter else 0.0
         self.ar_rate = 1.0 / self.verify_costs[0]
         self.probe_every = max(config.auto_probe_every,
                                math.ceil(self.draft_cost / PROBE_SHARE))
@@ -146,8 +149,8 @@ class AutoPolicy:
         # (a strong drafter) commits ``1 + PLAUSIBLE_ACCEPT * min(n, J)`` tokens; when that
         # never beats the AR rate (a large batch on a CPU), no round drafts, not even a probe,
         # and the loop compiles to plain steps only.
-        J = config.drafter.num_draft_positions
-        self.can_pay = any((1 + PLAUSIBLE_ACCEPT * min(n, J)) / (self.draft_cost + v)
+        J = config.drafter.num_draft_positions if config.uses_drafter else 0
+        self.can_pay = config.uses_drafter and any((1 + PLAUSIBLE_ACCEPT * min(n, J)) / (self.draft_cost + v)
                            > self.ar_rate
                            for n, v in zip(self.sizes[1:], self.verify_costs[1:]))
         # lookup drafting (config.lookup): rounds the drafter sits out may still verify the

@@ -33,7 +33,8 @@ class DecodeConfig:
     top_p: float = 1.0
     stop_ids: tuple[int, ...] = ()
     # N: draft nodes per tree (root excluded), or "auto": each round picks a size from
-    # ``auto_sizes`` by expected tokens per unit of time (``decoding/auto_size.py``)
+    # ``auto_sizes`` by expected tokens per unit of time (``decoding/auto_size.py``; with
+    # method "lookup": a plain step or the lookup paths, by their expected acceptance)
     budget: int | str = 16
     node_topk: int = 8               # k: children per node
     # M: candidates per depth (0 = the full vocabulary, the default: with a drafter whose base
@@ -123,9 +124,6 @@ class DecodeConfig:
             if self.return_features:
                 raise ValueError("return_features needs a drafter's tap layers; method "
                                  "'lookup' has none")
-            if self.budget == "auto":
-                raise ValueError("budget='auto' needs a drafter; method 'lookup' takes a "
-                                 "fixed budget (use lookup=K with a drafting method for auto)")
         for name, least in (("lookup", 0), ("lookup_length", 1), ("lookup_window", 1)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < least:
@@ -155,7 +153,8 @@ class DecodeConfig:
                              f"{self.auto_probe_every!r}")
         if self.auto_sizes is not None:
             object.__setattr__(self, "auto_sizes", tuple(self.auto_sizes))
-        auto_size.check_sizes(self.size_options, self.method, self.drafter.num_draft_positions)
+        auto_size.check_sizes(self.size_options, self.method,
+                              self.drafter.num_draft_positions if self.uses_drafter else None)
         costs = self.auto_costs
         if costs is None:
             costs = round_costs.default_tables()
@@ -175,12 +174,14 @@ class DecodeConfig:
             return (self.num_draft_nodes,)
         if self.auto_sizes is not None:
             return self.auto_sizes
-        return auto_size.default_sizes(self.method, self.drafter.num_draft_positions)
+        return auto_size.default_sizes(
+            self.method, self.drafter.num_draft_positions if self.uses_drafter else None)
 
     @property
     def is_auto(self) -> bool:
-        """``budget="auto"`` with a drafting method (``ar`` ignores the budget)."""
-        return self.budget == "auto" and self.method in DRAFTER_METHODS
+        """``budget="auto"`` with a drafting method or ``lookup`` (``ar`` ignores the
+        budget)."""
+        return self.budget == "auto" and self.method != "ar"
 
     @property
     def uses_drafter(self) -> bool:

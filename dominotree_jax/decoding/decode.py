@@ -206,7 +206,8 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     state = first_state(pre, key, config=config, auto=None if policy is None
                          else policy.init(auto_state), stops_Be=stops_Be)
     plain_target = plain_drafter = None   # auto's plain steps on 16-bit CPU weights: the
-    if policy is not None and policy.can_pay:   # float32 views, made once before the loop
+    # float32 views, made once before the loop (when it may draft or verify lookup paths)
+    if policy is not None and (policy.can_pay or policy.lookup_can_pay):
         plain_target = bind_view_if_needed(bind_float32_view, config.target, params["target"],
                                            "target parameters")
         if drafter is not None:

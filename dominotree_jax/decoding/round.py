@@ -251,7 +251,7 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
     # a round the drafter sits out: a plain step, or (lookup drafting) the lookup paths alone
     undrafted = (functools.partial(lookup_draft, config, B, inp.history) if policy.lookup_can_pay
                  else lambda: skipped_draft(B, config.num_draft_nodes))
-    draft = jax.lax.cond(
+    draft = undrafted() if not policy.can_pay else jax.lax.cond(   # no drafter: lookup only
         drafted, lambda: draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
                                      head_target=plain_target, history=inp.history,
                                      head_rows_CH=inp.head_rows_CH),
