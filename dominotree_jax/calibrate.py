@@ -16,7 +16,7 @@ context of ``--context`` real tokens, the programs interleaved so load drift hit
 
 - verify ``R`` rows: the verify + accept + commit of auto mode (drafter context extension
   included), for each ``--rows``; ``R = 1`` is auto mode's plain step, timed where decode runs
-  it: on the float32 views of 16-bit weights on CPU (``plain_step_params``);
+  it: on the float32 views of 16-bit weights on CPU at batch 1 (``plain_step_params``);
 - draft, per method: the drafter's block forward + the chain or tree build (trees at 16 nodes).
 
 The programs run in a shuffled order each pass (``timing.interleaved_medians``).
@@ -97,7 +97,7 @@ class RoundPrograms:
 
         self.cache, self.ctx = prefill_both(pair.params, ids_BT[:, :context], lengths_B)
         self._bind = bind
-        self.plain_params = plain_step_params(pair.params)
+        self.plain_params = plain_step_params(pair.params, batch)
 
     def _verify_fn(self, rows: int, plain_ar: bool):
         """The jittable loop of ``verify_loop`` and its arguments."""
@@ -182,11 +182,12 @@ class RoundPrograms:
                                                 self.t0_B, self.start_B))
 
 
-def plain_step_params(params) -> dict:
-    """``params`` (``{"target", "drafter"}``) as auto mode's plain step reads them: the float32
-    view of each 16-bit set where decode makes one (``precision.uses_float32_view``: on CPU),
-    else the set itself. Decode makes the views once per call, before its loop, so over a
-    generation they cost next to nothing per round; made here once, outside the timed loops,
+def plain_step_params(params, batch: int = 1) -> dict:
+    """``params`` (``{"target", "drafter"}``) as auto mode's plain step of ``batch`` rows reads
+    them: the float32 view of each 16-bit set where decode makes one
+    (``precision.uses_float32_view``: on CPU at batch 1), else the set itself. Decode makes
+    the views once per call, before its loop, so over a generation they cost next to nothing
+    per round; made here once, outside the timed loops,
     the calibrated plain step costs what it costs in decode (inside each timed loop of a few
     rounds the upcast of every weight would dominate it)."""
     from dominotree_jax.precision import float32_view, params_precision, uses_float32_view
@@ -194,7 +195,7 @@ def plain_step_params(params) -> dict:
     out = {}
     for name, tree in params.items():
         view = tree is not None and uses_float32_view(
-            params_precision(tree, f"{name} parameters"), backend)
+            params_precision(tree, f"{name} parameters"), backend, batch)
         out[name] = float32_view(tree) if view else tree
     return out
 

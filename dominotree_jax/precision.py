@@ -199,9 +199,22 @@ def product(x: jax.Array, w: jax.Array, precision=None, operand_dtype=None) -> j
     return _product_16bit(x, w, precision)
 
 
+# One-row 16-bit products on CPU run as two rows (the second zeros, dropped): XLA:CPU has no
+# fast one-row 16-bit kernel (SmolLM2's 30 layers of products: bf16 30.7 ms for one row, 9.3 ms
+# for two, float32 8.7 ms for one; AMD EPYC Zen 5, 2026-12-05), while its many-row bf16 kernel
+# reads half float32's bytes (four rows: 10.2 against float32's 19.6 ms).
+PAD_ONE_ROW_16BIT = True
+
+
 def _dot_16bit(x, w, precision):
     dims = (((x.ndim - 1,), (1,)), ((), ()))
-    return jax.lax.dot_general(x.astype(w.dtype), w, dims, precision=precision,
+    x16 = x.astype(w.dtype)
+    if PAD_ONE_ROW_16BIT and x.size == x.shape[-1] and jax.default_backend() == "cpu":
+        two = jnp.concatenate([x16.reshape(1, -1), jnp.zeros_like(x16.reshape(1, -1))])
+        y = jax.lax.dot_general(two, w, (((1,), (1,)), ((), ())), precision=precision,
+                                preferred_element_type=ACCUMULATION_DTYPE)
+        return y[:1].reshape(*x.shape[:-1], w.shape[0])
+    return jax.lax.dot_general(x16, w, dims, precision=precision,
                                preferred_element_type=ACCUMULATION_DTYPE)
 
 
@@ -242,25 +255,30 @@ def cast_params(tree, precision):
                         tree)
 
 
-def uses_float32_view(precision, backend: str) -> bool:
-    """Whether one-row work (``budget="auto"``'s plain step) on ``precision`` weights runs on
-    their float32 view, made once per ``decode`` call before its loop.
+def uses_float32_view(precision, backend: str, batch: int = 1) -> bool:
+    """Whether ``budget="auto"``'s plain step and the Domino head on ``precision`` weights read
+    their float32 view, made once per ``decode`` call before its loop, when the policy may
+    draft over ``batch`` rows.
 
-    On CPU, yes for the 16-bit precisions: XLA:CPU has no fast one-row 16-bit product (a
-    ``[1, 576] x [576, 6144]`` bf16 product is 3x slower than float32 even on AMX machines,
-    issue 20) and lowers it as upcast-the-weight + float32 product. Inside a ``while`` loop it
-    hoists that upcast (so ``ar`` and fixed budgets pay it once per call), but not out of the
-    auto round's ``lax.switch`` branch, where it ran every round. Elsewhere (GPU, TPU) the
-    16-bit product is the fast, bandwidth-bound one: no view."""
-    return precision_name(precision) != "float32" and backend == "cpu"
+    On CPU, for the 16-bit precisions at batch 1: the plain step's one-row products run as
+    float32 GEMVs on the view, ~7 % faster than the padded 16-bit ones (``PAD_ONE_ROW_16BIT``),
+    and XLA hoists no convert out of the auto round's ``lax.switch`` branch or draft ``cond``
+    (a 16-bit weight read by a float32 product there, the head's embedding rows, was upcast
+    every round): bf16 DominoTree ``auto`` 0.94x float32 ``ar`` with the view, 0.86x without
+    (``methods auto_view``, Zen 5). At a larger batch the plain step has as many rows, and the
+    16-bit many-row product is the fast one: at batch 4 (T 0.9) bf16 DominoTree ``auto`` ran
+    0.60x float32 ``ar`` over the view and 1.23x without it. A ``lookup`` auto decode never
+    drafts and makes no view. Elsewhere (GPU, TPU) the 16-bit product is the fast,
+    bandwidth-bound one: no view."""
+    return precision_name(precision) != "float32" and backend == "cpu" and batch == 1
 
 
-def bind_view_if_needed(bind_view, cfg, params, what: str):
+def bind_view_if_needed(bind_view, cfg, params, what: str, batch: int = 1):
     """``bind_view(cfg, params)`` (a model over the float32 view of ``params``, e.g.
-    ``model.target.bind_float32_view``) where one-row work on ``params`` runs on that view on
-    this backend (``uses_float32_view``), else ``None``. ``what`` names the parameters in the
-    error for an unknown precision."""
-    if not uses_float32_view(params_precision(params, what), jax.default_backend()):
+    ``model.target.bind_float32_view``) where the plain steps of ``batch`` rows on ``params``
+    run on that view on this backend (``uses_float32_view``), else ``None``. ``what`` names the
+    parameters in the error for an unknown precision."""
+    if not uses_float32_view(params_precision(params, what), jax.default_backend(), batch):
         return None
     return bind_view(cfg, params)
 

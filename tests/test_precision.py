@@ -5,6 +5,7 @@ and, on the real SmolLM2, the bf16 T=0 near-tie property."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ from dominotree_jax.domino_head import domino_chain
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter
 from dominotree_jax.model.target import bind_float32_view, bind_target, prefill
+import dominotree_jax.precision as precision_module
 from dominotree_jax.precision import (PrecisionError, check_pair, float32_view,
                                       bind_view_if_needed, params_precision,
                                       precision_name, product, uses_float32_view)
@@ -159,6 +161,30 @@ def test_bf16_product_gradients_run_bf16_products_near_float32_ones():
         lambda x: jnp.sum(jax.lax.dot_general(x, w, (((2,), (1,)), ((), ()))) * g))(x))
 
 
+def test_one_row_16bit_products_run_as_two_rows_on_cpu(monkeypatch):
+    """A one-row bf16 product (any leading shape) is computed as a two-row one on CPU (the
+    second row zeros, dropped): the same values as the unpadded product, and its lowered
+    product has two rows; many-row products, and every product without the pad, keep theirs."""
+    w16 = jax.random.normal(jax.random.key(1), (5, 64)).astype(jnp.bfloat16)
+
+    def dot_lhs_shape(x):   # the product's left operand in the lowered program
+        text = jax.jit(lambda a, b: product(a, b)).lower(x, w16).as_text()   # traced anew
+        (dims,) = re.findall(r"dot_general.*: \(tensor<([0-9x]+)xbf16>", text)
+        return tuple(int(d) for d in dims.split("x"))
+
+    for shape in ((1, 64), (1, 1, 64), (64,)):
+        x = jax.random.normal(jax.random.key(0), shape)
+        y = product(x, w16)
+        assert y.shape == shape[:-1] + (5,) and y.dtype == F32
+        want = np.asarray(x.astype(jnp.bfloat16), np.float64) @ np.asarray(w16, np.float64).T
+        np.testing.assert_allclose(np.asarray(y), want, rtol=1e-6, atol=1e-6)
+        assert dot_lhs_shape(x) == (2, 64)
+        monkeypatch.setattr(precision_module, "PAD_ONE_ROW_16BIT", False)
+        assert dot_lhs_shape(x) == shape
+        monkeypatch.setattr(precision_module, "PAD_ONE_ROW_16BIT", True)
+    assert dot_lhs_shape(jnp.ones((3, 64))) == (3, 64)
+
+
 def test_float32_view_products_round_the_input_like_the_bf16_product():
     """``operand_dtype`` on a float32 view: the input rounded to bf16, then the float32
     product -- the bf16 x bf16 -> float32 product's value (bf16 x bf16 products are exact in
@@ -206,6 +232,8 @@ def test_float32_view_target_runs_the_bf16_one_row_step():
     np.testing.assert_array_equal(f32_logits, step(bind_target(tcfg, params["target"]))[0])
     assert uses_float32_view("bfloat16", "cpu") and not uses_float32_view("bfloat16", "gpu")
     assert not uses_float32_view("float32", "cpu")
+    # several rows' plain step: the bf16 many-row product, no view
+    assert not uses_float32_view("bfloat16", "cpu", batch=4)
 
 
 def test_bind_view_if_needed_binds_only_16_bit_params_on_cpu():
@@ -219,6 +247,8 @@ def test_bind_view_if_needed_binds_only_16_bit_params_on_cpu():
     assert jax.default_backend() == "cpu"
     assert bind_view_if_needed(bind, tcfg, _bf16(params["target"]), "target parameters") == "view"
     assert bind_view_if_needed(bind, tcfg, params["target"], "target parameters") is None
+    assert bind_view_if_needed(bind, tcfg, _bf16(params["target"]), "target parameters",
+                               batch=2) is None
     assert calls == ["bfloat16"]
     leaves, tree = jax.tree.flatten(params["target"])
     mixed = jax.tree.unflatten(tree, [leaves[0].astype(jnp.float16)] + leaves[1:])
@@ -300,9 +330,11 @@ def test_bf16_auto_decode_upcasts_no_weight_inside_its_loop(monkeypatch):
     ar = fast_decode(p16, prompt, config=dataclasses.replace(cfg, method="ar", budget=16))
     out = fast_decode(p16, prompt, config=cfg, auto_state=state)
     np.testing.assert_array_equal(out.tokens, ar.tokens)
-    # without the view (what a GPU runs), the branch upcasts the target's weights every round
+    # without the view (what a GPU runs) and without the one-row pad, the branch upcasts the
+    # target's weights every round
     monkeypatch.setattr("dominotree_jax.precision.uses_float32_view",
                         lambda *a: False)
+    monkeypatch.setattr(precision_module, "PAD_ONE_ROW_16BIT", False)
     hlo = compiled()
     assert _per_iteration_upcasts(hlo, target_shapes) > 0
     assert _per_iteration_upcasts(hlo, drafter_shapes) > 0

@@ -1,11 +1,13 @@
-"""``budget="auto"`` on bf16 weights with and without the float32 view of its plain steps,
-against float32 ``ar``, side by side in one process (real SmolLM2-135M + shipped drafter).
+"""``budget="auto"`` on bf16 weights with and without the float32 view of its plain steps and
+the one-row pad, and bf16 ``ar`` with and without the pad, against float32 ``ar``, side by side
+in one process (real SmolLM2-135M + shipped drafter).
 
-On CPU, ``decode`` gives the auto round's plain-step branch a float32 view of the 16-bit
-weights, made once per call before the loop (``precision.uses_float32_view``); without it the
+On CPU XLA has no fast one-row 16-bit product: ``precision.PAD_ONE_ROW_16BIT`` (the default)
+computes one-row products as two rows. When the policy may draft, ``decode`` also gives the auto
+round's plain-step branch and the Domino head a float32 view of the 16-bit weights, made once
+per call before the loop (``precision.uses_float32_view``); without the view and the pad the
 branch upcasts every weight each round (XLA hoists no convert out of a ``lax.switch`` branch).
-"without view" patches ``uses_float32_view`` to False while tracing, i.e. the program before
-the change (and what a GPU runs).
+The runs patch those two while tracing.
 
     python -m benchmarks methods auto_view --prompts 3 --new 64 --method dominotree
 
@@ -30,7 +32,21 @@ from dominotree_jax.measure.timing import cpu_model
 
 @contextlib.contextmanager
 def no_view():
-    with mock.patch("dominotree_jax.decoding.decode.uses_float32_view", lambda *a: False):
+    """Traced without the float32 view (the pad stays)."""
+    with mock.patch("dominotree_jax.precision.uses_float32_view", lambda *a: False):
+        yield
+
+
+@contextlib.contextmanager
+def no_pad():
+    """Traced without the one-row pad (the view stays)."""
+    with mock.patch("dominotree_jax.precision.PAD_ONE_ROW_16BIT", False):
+        yield
+
+
+@contextlib.contextmanager
+def neither():
+    with no_view(), no_pad():
         yield
 
 
@@ -96,13 +112,15 @@ def main(argv=None):
         r = run_config(pair, cfg, {"all": prompts}, args.width, patch)["all"]
         return dict(r, tau=float(np.mean(r["taus"])))
 
+    m = args.method
     rows = [("float32 ar", run(pair32, "ar", 16)),
-            (f"bf16 {args.method} auto, float32 view", run(pair16, args.method, "auto")),
-            (f"bf16 {args.method} auto, no view (before)", run(pair16, args.method, "auto",
-                                                               no_view)),
-            ("bf16 ar", run(pair16, "ar", 16))]
+            (f"bf16 {m} auto (float32 view, one-row pad)", run(pair16, m, "auto")),
+            (f"bf16 {m} auto, no view", run(pair16, m, "auto", no_view)),
+            (f"bf16 {m} auto, neither", run(pair16, m, "auto", neither)),
+            ("bf16 ar (one-row pad)", run(pair16, "ar", 16)),
+            ("bf16 ar, no pad", run(pair16, "ar", 16, no_pad))]
     base = rows[0][1]["tok_s"]
-    print(f"# bf16 auto with/without the float32 view — {cpu_model()}, "
+    print(f"# bf16 auto with/without the float32 view and the one-row pad — {cpu_model()}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"{len(prompts)} prompts x {args.new} tokens, T 0, prompt bucket {args.width}\n")
     print("| run | tok/s | x float32 ar | tau | plain-step rounds |")
@@ -110,7 +128,7 @@ def main(argv=None):
     for name, r in rows:
         print(f"| {name} | {r['tok_s']:.1f} | {r['tok_s'] / base:.2f} | {r['tau']:.2f} | "
               f"{r['plain']:.0%} |")
-    view, before = rows[1][1], rows[2][1]
-    same = all(np.array_equal(a, b) for a, b in zip(view["outs"], before["outs"]))
-    print(f"\nview / no view: {view['tok_s'] / before['tok_s']:.2f}x; "
+    view, no = rows[1][1], rows[2][1]
+    same = all(np.array_equal(a, b) for a, b in zip(view["outs"], no["outs"]))
+    print(f"\nview / no view: {view['tok_s'] / no['tok_s']:.2f}x; "
           f"tokens identical: {same}")

@@ -150,9 +150,9 @@ class AutoPolicy:
         # never beats the AR rate (a large batch on a CPU), no round drafts, not even a probe,
         # and the loop compiles to plain steps only.
         J = config.drafter.num_draft_positions if config.uses_drafter else 0
-        self.can_pay = config.uses_drafter and any((1 + PLAUSIBLE_ACCEPT * min(n, J)) / (self.draft_cost + v)
-                           > self.ar_rate
-                           for n, v in zip(self.sizes[1:], self.verify_costs[1:]))
+        self.can_pay = config.uses_drafter and any(
+            (1 + PLAUSIBLE_ACCEPT * min(n, J)) / (self.draft_cost + v) > self.ar_rate
+            for n, v in zip(self.sizes[1:], self.verify_costs[1:]))
         # lookup drafting (config.lookup): rounds the drafter sits out may still verify the
         # lookup paths, which cost no drafter pass
         self.lookup = bool(config.lookup)

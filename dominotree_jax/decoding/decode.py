@@ -206,13 +206,12 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     state = first_state(pre, key, config=config, auto=None if policy is None
                          else policy.init(auto_state), stops_Be=stops_Be)
     plain_target = plain_drafter = None   # auto's plain steps on 16-bit CPU weights: the
-    # float32 views, made once before the loop (when it may draft or verify lookup paths)
-    if policy is not None and (policy.can_pay or policy.lookup_can_pay):
+    if policy is not None and policy.can_pay:   # float32 views, made once before the loop
         plain_target = bind_view_if_needed(bind_float32_view, config.target, params["target"],
-                                           "target parameters")
+                                           "target parameters", B)
         if drafter is not None:
             plain_drafter = bind_view_if_needed(bind_drafter_float32_view, config.drafter,
-                                                params["drafter"], "drafter parameters")
+                                                params["drafter"], "drafter parameters", B)
     step = functools.partial(round_step, lengths_B=lengths_B, config=config, target=target,
                              drafter=drafter, policy=policy, plain_target=plain_target,
                              plain_drafter=plain_drafter,
