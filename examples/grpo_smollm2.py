@@ -31,7 +31,8 @@ refused.
 
 ``--speed`` times ``ar`` and ``auto`` rollouts of the same prompts with the same policy weights
 (the initial ones, then each policy saved by ``--save-dir``) in one process, alternating, for a
-load-free tokens/s comparison (run it with nothing else on the machine).
+load-free tokens/s comparison (run it with nothing else on the machine); ``--arms
+ar,ar@bfloat16`` adds arms whose engine holds the weights in bf16.
 ``--model tiny`` runs everything on a tiny random model (``tests/test_rl_example.py``).
 """
 

@@ -202,3 +202,34 @@ def test_speed_times_ar_and_auto_per_policy_with_its_refreshed_drafter(tmp_path,
     initial = sum(float(np.sum(np.abs(np.asarray(x)))) for x in jax.tree.leaves(task.dparams))
     assert seen == pytest.approx([initial, initial / 2], rel=1e-5)
     assert (tmp_path / "speed.csv").read_text().count("\n") == 7   # header + 6 rows
+
+
+def test_speed_arms_in_another_precision_hold_their_weights_so(tmp_path, monkeypatch):
+    """``--speed`` arm ``<arm>@bfloat16``: that arm's engine gets the policy (and each policy
+    loaded later) cast to bf16, the plain arm the task's float32; unknown precisions are
+    refused by name."""
+    pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
+    from dominotree_jax.model.state import state_to_flat
+    from dominotree_jax.rollout.grpo_speed import arm_precision
+    from dominotree_jax.rollout.tunix_engine import DominoTreeRollout
+    grpo = _load_grpo()
+    task = grpo.Task("tiny")
+    np.savez(tmp_path / "later_policy.npz", **state_to_flat(task.tparams))
+    seen = []
+    original = DominoTreeRollout.update_params
+
+    def record(self, params):
+        seen.append({str(x.dtype) for x in jax.tree.leaves(params)})
+        return original(self, params)
+
+    monkeypatch.setattr(DominoTreeRollout, "update_params", record)
+    rows = grpo.speed(str(tmp_path), model="tiny", reps=1, prompts=2, group=2, max_new=6,
+                      arms=("ar", "ar@bfloat16"),
+                      policies=[("later", str(tmp_path / "later_policy.npz"))])
+    assert [(r["policy"], r["arm"]) for r in rows] == [
+        (p, a) for p in ("initial", "later") for a in ("ar", "ar@bfloat16")]
+    assert all(r["compiles"] == 1 and r["tokens"] > 0 for r in rows)
+    assert seen == [{"float32"}, {"bfloat16"}]
+    assert arm_precision("auto") is None and arm_precision("auto@bfloat16") == "bfloat16"
+    with pytest.raises(ValueError, match="unknown precision 'float8'"):
+        arm_precision("auto@float8")
