@@ -23,12 +23,13 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
         "batch": "tokens/s per method and batch size on MT-Bench prompts",
         "auto_overhead": "what budget='auto' costs over plain decoding (ar, auto forced "
                          "plain, auto)",
-        "auto_view": "bf16 budget='auto' with and without the float32 view of its plain steps",
+        "auto_view": "bf16 budget='auto' with and without the float32 view and the one-row "
+                     "pad",
         "temperature_accept": "how far auto's acceptance model is off at T 0..1 (the "
                               "calibration factor it learns)",
         "auto_rows": "auto + lookup on mixed batches (copy-edit and chat rows): per-row "
                      "calibration vs one for the batch, and ar",
-        "bf16_host": "auto + lookup on bf16 weights (float32 plain steps) vs float32 ar, in "
+        "bf16_host": "auto and lookup auto on bf16 and float32 weights vs float32 ar, in "
                      "one process, per set incl. copyedit",
         "draft_window": "tau and tokens/s against prompt length, with and without a drafter "
                         "window",
@@ -66,6 +67,8 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
         "stages": "per-round stage times of every method against one AR step",
         "inside": "stage times inside the one compiled decode program (profiler, named "
                   "scopes)",
+        "in_loop": "a round's cost inside the decode loop (a difference of two decodes), per "
+                   "method and precision, in float32 ar steps",
         "drafter_layers": "the draft stage of several drafters against one AR step",
         "tree_build": "per-tree build time: jitted builder vs the NumPy heap reference",
         "tree_precision": "the tree builder's products at HIGHEST vs DEFAULT: trees and time",
