@@ -34,7 +34,6 @@ def main(argv=None):
 
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     from dominotree_jax.decoding.decode import decode
     from dominotree_jax.measure import eval_prompts
