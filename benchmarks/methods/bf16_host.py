@@ -1,7 +1,8 @@
 """The fastest configurations on a CPU with bf16 units against float32 ``ar``, side by side in
 one process (real SmolLM2-135M + shipped drafter): bf16 weights verify many rows at bf16
-speed, and ``budget="auto"``'s plain steps run on their float32 view (as fast as float32
-``ar``), so auto + lookup on bf16 weights is the configuration to beat float32 ``ar`` with.
+speed, and ``budget="auto"``'s plain steps run about as fast as float32 ``ar`` (one-row bf16
+products padded to two rows; a drafting policy's on the float32 view at batch 1), so auto +
+lookup on bf16 weights is the configuration to beat float32 ``ar`` with.
 
     python -m benchmarks methods bf16_host [--prompts 3] [--new 128] [--lookup 4]
         [--datasets humaneval,mtbench,math500,copyedit] [--lookup-lengths 8,16]
