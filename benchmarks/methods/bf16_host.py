@@ -12,10 +12,12 @@ right-padded to one bucket that holds the longest): float32 ``ar`` (the referenc
 ``ar``, bf16 DominoTree auto, bf16 DominoTree + lookup auto, float32 DominoTree + lookup
 auto, bf16 ``lookup`` at budget 16, ``lookup`` auto (no drafter: a plain step or the lookup
 paths each round) on bf16 and float32 weights (and bf16 DominoTree + lookup auto with each
-further ``--lookup-lengths``). Prints tokens/s per dataset, x float32 ``ar``, tau and
-the plain-step share, and whether each run's tokens equal its reference's: float32 ``ar``'s for
-float32 runs (always, or it is a bug); bf16 ``ar``'s for bf16 runs, from which a many-row bf16
-verify may part at near-ties (docs/precision.md). Pause other CPU work while it runs.
+further ``--lookup-lengths``, and bf16 ``lookup`` auto with each). ``--stop`` ends each answer
+at the tokenizer's end-of-turn ids (default: ``--new`` tokens every call). Prints tokens/s
+per dataset, x float32 ``ar``, tau and the plain-step share, and whether each run's tokens
+equal its reference's: float32 ``ar``'s for float32 runs (always, or it is a bug); bf16
+``ar``'s for bf16 runs, from which a many-row bf16 verify may part at near-ties
+(docs/precision.md). Pause other CPU work while it runs.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ def main(argv=None):
     ap.add_argument("--lookup-lengths", default="8",
                     help="lookup path lengths of the bf16 auto + lookup run (e.g. 8,16: one "
                          "row each; the first is every other lookup run's)")
+    ap.add_argument("--stop", action="store_true",
+                    help="stop at the tokenizer's end-of-turn ids (default: every call decodes "
+                         "--new tokens, past the answer's end)")
     args = ap.parse_args(argv)
 
     from dominotree_jax.measure import eval_prompts
@@ -52,7 +57,9 @@ def main(argv=None):
                for d in args.datasets.split(",")}
     longest = max(len(p) for ps in prompts.values() for p in ps)
     width = -(-longest // 128) * 128   # one bucket holds every prompt whole
-    kw = dict(max_new_tokens=args.new, stop_ids=())
+    kw = dict(max_new_tokens=args.new)
+    if not args.stop:
+        kw["stop_ids"] = ()
     lengths = [int(x) for x in args.lookup_lengths.split(",")]
     m, look = args.method, dict(lookup=args.lookup, lookup_length=lengths[0])
     runs = [  # (label, pair, config, the run whose tokens it must equal)
@@ -70,6 +77,9 @@ def main(argv=None):
          "bf16 ar"),
         ("bf16 lookup auto", pair16, pair16.config("lookup", budget="auto", **look, **kw),
          "bf16 ar"),
+        *[(f"bf16 lookup auto, paths of {n}", pair16,
+           pair16.config("lookup", budget="auto", **{**look, "lookup_length": n}, **kw),
+           "bf16 ar") for n in lengths[1:]],
         ("float32 lookup auto", pair32, pair32.config("lookup", budget="auto", **look, **kw),
          "float32 ar"),
     ]
@@ -83,7 +93,8 @@ def main(argv=None):
           f"(bf16 units: {bf16_units() or 'none'}), {jax.devices()[0].platform}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"{args.prompts} prompts per set x {args.new} new tokens, T 0, batch 1, prompt "
-          f"bucket {width}; lookup {args.lookup} paths of {lengths[0]}\n")
+          f"bucket {width}; lookup {args.lookup} paths of {lengths[0]}"
+          f"{'; stopping at end of turn' if args.stop else ''}\n")
     sets = list(prompts)
     print("| run | " + " | ".join(sets) + " | tokens equal the reference's |")
     print("|---|" + "---:|" * len(sets) + "---|")
