@@ -62,11 +62,9 @@ def main(argv=None):
                                         jax.block_until_ready(prog(params, x)))
     med = interleaved_medians(programs, args.runs)   # ms
 
-    def per_round(m, p):
-        return ((med[f"{m}/{p}/{args.long}"] - med[f"{m}/{p}/{args.short}"])
-                / (rounds[m, p, args.long] - rounds[m, p, args.short]))
-
-    unit = per_round("ar", "float32")
+    per_round = {(m, p): (med[f"{m}/{p}/{args.long}"] - med[f"{m}/{p}/{args.short}"])
+                 / (rounds[m, p, args.long] - rounds[m, p, args.short]) for m, p in runs}
+    unit = per_round["ar", "float32"]
     print(f"# A round inside the decode loop — {cpu_model()} (bf16 units: "
           f"{bf16_units() or 'none'}), "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
@@ -75,8 +73,7 @@ def main(argv=None):
           f"median of {args.runs}\n")
     print("| method | precision | ms / round | float32 ar steps | rounds (short -> long) |")
     print("|---|---|---:|---:|---|")
-    for m, p in runs:
-        r = per_round(m, p)
+    for (m, p), r in per_round.items():
         print(f"| {m} | {p} | {r:.1f} | {r / unit:.2f} | "
               f"{rounds[m, p, args.short]} -> {rounds[m, p, args.long]} |")
-    return {(m, p): per_round(m, p) / unit for m, p in runs}
+    return {key: r / unit for key, r in per_round.items()}
