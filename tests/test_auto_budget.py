@@ -658,3 +658,47 @@ def test_a_probe_counts_more_than_a_round_of_a_drafting_stretch():
                           root_hit_B=jnp.array([True, True]), live_B=live)
     assert float(after.rate) == pytest.approx(
         (1 - auto_size.RATE_ALPHA) * 1.2 * ar + auto_size.RATE_ALPHA * realized, rel=1e-5)
+
+
+def test_the_drafter_runs_only_where_it_beats_the_lookup_paths_alone():
+    """With ``lookup=K``, a round whose lookup paths alone expect more tokens per AR step than
+    drafted rounds have delivered skips the drafter (auto_size point 4); where the lookup
+    finds nothing worth a verify (size 0), ``rate`` decides as without lookup."""
+    tcfg, dcfg, _ = tiny_pair(block_size=8)
+    cfg = _cfg(tcfg, dcfg, "ddtree", auto_sizes=(0, 2, 4, 8), lookup=2,
+               auto_costs=CostTable(verify=((1, 1.0), (9, 2.6)), draft=(("ddtree", 0.5),)))
+    policy = AutoPolicy(cfg, batch=2)
+    assert policy.can_pay and policy.lookup_can_pay
+    ar, live = policy.ar_rate, jnp.array([True, True])
+    N = 8
+
+    def lookup_of(p):   # a lookup-only draft whose nodes are each accepted with odds p
+        p_BN = jnp.full((2, N), p, jnp.float32)
+        return Draft(jnp.zeros((2, N), jnp.int32), jnp.full((2, N), -1, jnp.int32),
+                     jnp.zeros((2, N), jnp.int32), p_BN > 0, jnp.ones((2, N + 1, N + 1), bool),
+                     jnp.log(jnp.cumprod(p_BN, axis=1)))
+
+    good = policy.init()._replace(rate=jnp.float32(1.5 * ar))   # drafted rounds pay 1.5x
+    strong = policy.choose(good, lookup_of(0.97), live, lookup=True)   # a text being copied
+    assert int(strong.index) > 0
+    expected = float(policy.expected_rate(strong, live))
+    assert expected > 1.5 * ar
+    assert bool(policy.wants_draft(good)) and not bool(policy.wants_draft(good, strong, live))
+    # the same lookup paths against drafted rounds that deliver more: the drafter runs
+    better = good._replace(rate=jnp.float32(1.01 * expected))
+    assert bool(policy.wants_draft(better, strong, live))
+    # no lookup path worth a verify: as without lookup (draft while rate >= the AR rate)
+    weak = policy.choose(good, lookup_of(0.05), live, lookup=True)
+    assert int(weak.index) == 0
+    assert float(policy.expected_rate(weak, live)) == pytest.approx(ar)
+    assert bool(policy.wants_draft(good, weak, live))
+    low = good._replace(rate=jnp.float32(0.8 * ar))
+    assert not bool(policy.wants_draft(low, weak, live))
+    # rate learns what the drafter delivers by itself: a drafted round whose lookup paths alone
+    # were worth a verify leaves it; one whose paths were not updates it
+    choice = policy.choose(good, lookup_of(0.97), live)
+    args = (good, jnp.bool_(True), choice, jnp.array([9, 9]), jnp.array([8, 8]),
+            jnp.array([True, True]), live)
+    assert float(policy.update(*args, lookup=strong).rate) == float(good.rate)
+    assert float(policy.update(*args, lookup=weak).rate) > float(good.rate)
+    assert float(policy.update(*args).rate) > float(good.rate)

@@ -245,3 +245,7 @@ def test_bad_settings_are_refused_by_name():
         with pytest.raises(ValueError, match=match):
             DecodeConfig(**{**base, **kw})
     assert DecodeConfig(target=tcfg, method="lookup").lookup == 4
+    # default path lengths: 16 without a drafter, 8 beside one; a given length stays
+    assert DecodeConfig(target=tcfg, method="lookup").lookup_length == 16
+    assert DecodeConfig(**base, lookup=2).lookup_length == 8
+    assert DecodeConfig(target=tcfg, method="lookup", lookup_length=5).lookup_length == 5

@@ -51,41 +51,64 @@ def neither():
 
 
 def run_config(pair, cfg, prompts_by_set: dict, width: int, patch=None) -> dict:
-    """``{set: {tok_s, tau, taus, plain, outs}}`` for one config: one jitted ``decode``
-    compiled once (``patch``: a context manager active meanwhile), then every prompt once
-    (batch 1, right-padded to ``width``). ``tau``: tokens / rounds over the set; ``taus``: per
-    prompt; ``plain``: the share of plain-step rounds."""
+    """``{set: {tok_s, tau, taus, plain, outs}}`` for one config (``run_configs``, one rep)."""
+    return run_configs({"run": (pair, cfg, patch)}, prompts_by_set, width)["run"]
+
+
+def run_configs(runs: dict, prompts_by_set: dict, width: int, reps: int = 1) -> dict:
+    """``{label: {set: {tok_s, tau, taus, plain, outs}}}`` for ``runs = {label: (pair, config,
+    patch)}``: one jitted ``decode`` per run, compiled first (``patch``: a context manager
+    active meanwhile), then ``reps`` passes over every prompt (batch 1, right-padded to
+    ``width``), each prompt decoded by every run in turn, in an order rotated from prompt to
+    prompt: a run's time is summed over the same moments as the others', so a drift of the
+    machine's speed falls on every run alike. ``tok_s``: tokens / seconds over all reps;
+    ``tau``: tokens / rounds over the set; ``taus``: per prompt; ``plain``: the share of
+    plain-step rounds; ``outs``: each prompt's tokens (first rep)."""
     from dominotree_jax import decode
     from dominotree_jax.decoding.auto_size import initial_state
 
-    state = initial_state(cfg, 1) if cfg.is_auto else None
+    def compiled(pair, cfg, patch):
+        state = initial_state(cfg, 1) if cfg.is_auto else None
 
-    def fn(params, x, n, st):   # a fresh function per run: its own trace
-        return decode(params, x, config=cfg, prompt_lengths=n, auto_state=st)
-    jfn = jax.jit(fn)
+        def fn(params, x, n, st):   # a fresh function per run: its own trace
+            return decode(params, x, config=cfg, prompt_lengths=n, auto_state=st)
+        jfn = jax.jit(fn)
 
-    def one(p):
-        x = np.pad(np.asarray(p, np.int32), (0, width - len(p)))[None]
-        return jfn(pair.params, x, jnp.array([len(p)], jnp.int32), state)
+        def one(p):
+            x = np.pad(np.asarray(p, np.int32), (0, width - len(p)))[None]
+            return jfn(pair.params, x, jnp.array([len(p)], jnp.int32), state)
 
-    with patch() if patch else contextlib.nullcontext():
-        jax.block_until_ready(one(next(iter(prompts_by_set.values()))[0]))   # compile
-    out = {}
-    for name, prompts in prompts_by_set.items():
-        tokens, secs, rounds, taus, sizes, outs = 0, 0.0, 0, [], [], []
-        for p in prompts:
-            t0 = time.perf_counter()
-            o = jax.block_until_ready(one(p))
-            secs += time.perf_counter() - t0
-            k, r = int(o.num_tokens[0]), int(o.num_rounds[0])
-            tokens, rounds = tokens + k, rounds + r
-            taus.append(k / max(r, 1))
-            sizes.extend(np.asarray(o.draft_sizes[0, :r]).tolist())
-            outs.append(np.asarray(o.tokens[0, :k]))
-        out[name] = dict(tok_s=tokens / secs, tau=tokens / max(rounds, 1), taus=taus,
-                         plain=float(np.mean(np.asarray(sizes) == 0)) if sizes else 1.0,
-                         outs=outs)
-    return out
+        with patch() if patch else contextlib.nullcontext():
+            jax.block_until_ready(one(next(iter(prompts_by_set.values()))[0]))   # compile
+        return one
+
+    fns = {label: compiled(*run) for label, run in runs.items()}
+    labels = list(fns)
+    acc = {label: {name: dict(tokens=0, secs=0.0, rounds=0, taus=[], sizes=[], outs=[])
+                   for name in prompts_by_set} for label in labels}
+    turn = 0
+    for rep in range(reps):
+        for name, prompts in prompts_by_set.items():
+            for p in prompts:
+                turn += 1
+                for label in labels[turn % len(labels):] + labels[:turn % len(labels)]:
+                    t0 = time.perf_counter()
+                    o = jax.block_until_ready(fns[label](p))
+                    a = acc[label][name]
+                    a["secs"] += time.perf_counter() - t0
+                    k, r = int(o.num_tokens[0]), int(o.num_rounds[0])
+                    a["tokens"] += k
+                    a["rounds"] += r
+                    if rep == 0:
+                        a["taus"].append(k / max(r, 1))
+                        a["sizes"].extend(np.asarray(o.draft_sizes[0, :r]).tolist())
+                        a["outs"].append(np.asarray(o.tokens[0, :k]))
+    return {label: {name: dict(tok_s=a["tokens"] / a["secs"],
+                               tau=a["tokens"] / max(a["rounds"], 1), taus=a["taus"],
+                               plain=float(np.mean(np.asarray(a["sizes"]) == 0))
+                               if a["sizes"] else 1.0, outs=a["outs"])
+                    for name, a in by_set.items()}
+            for label, by_set in acc.items()}
 
 
 def main(argv=None):

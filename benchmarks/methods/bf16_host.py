@@ -4,19 +4,20 @@ speed, and ``budget="auto"``'s plain steps run about as fast as float32 ``ar`` (
 products padded to two rows; a drafting policy's on the float32 view at batch 1), so auto +
 lookup on bf16 weights is the configuration to beat float32 ``ar`` with.
 
-    python -m benchmarks methods bf16_host [--prompts 3] [--new 128] [--lookup 4]
-        [--datasets humaneval,mtbench,math500,copyedit] [--lookup-lengths 8,16]
+    python -m benchmarks methods bf16_host [--prompts 3] [--new 128] [--lookup 4] [--reps 2]
+        [--datasets humaneval,mtbench,math500,copyedit] [--lookup-lengths 8,16] [--stop]
 
-Runs, each one jitted ``decode`` compiled once and used on every prompt (batch 1, T 0, prompts
-right-padded to one bucket that holds the longest): float32 ``ar`` (the reference), bf16
-``ar``, bf16 DominoTree auto, bf16 DominoTree + lookup auto, float32 DominoTree + lookup
-auto, bf16 ``lookup`` at budget 16, ``lookup`` auto (no drafter: a plain step or the lookup
-paths each round) on bf16 and float32 weights (and bf16 DominoTree + lookup auto with each
-further ``--lookup-lengths``, and bf16 ``lookup`` auto with each). ``--stop`` ends each answer
-at the tokenizer's end-of-turn ids (default: ``--new`` tokens every call). Prints tokens/s
-per dataset, x float32 ``ar``, tau and the plain-step share, and whether each run's tokens
-equal its reference's: float32 ``ar``'s for float32 runs (always, or it is a bug); bf16
-``ar``'s for bf16 runs, from which a many-row bf16 verify may part at near-ties
+Runs, each one jitted ``decode`` compiled once, then every prompt decoded by every run in turn,
+``--reps`` times (``auto_view.run_configs``: a drift of the machine's speed falls on all runs
+alike; batch 1, T 0, prompts right-padded to one bucket that holds the longest): float32 ``ar``
+(the reference), bf16 ``ar``, bf16 DominoTree auto, bf16 DominoTree + lookup auto, float32
+DominoTree + lookup auto, bf16 ``lookup`` at budget 16, ``lookup`` auto (no drafter: a plain
+step or the lookup paths each round) on bf16 and float32 weights (and bf16 DominoTree + lookup
+auto with each further ``--lookup-lengths``, and bf16 ``lookup`` auto with each). ``--stop``
+ends each answer at the tokenizer's end-of-turn ids (default: ``--new`` tokens every call).
+Prints tokens/s per dataset, x float32 ``ar``, tau and the plain-step share, and whether each
+run's tokens equal its reference's: float32 ``ar``'s for float32 runs (always, or it is a bug);
+bf16 ``ar``'s for bf16 runs, from which a many-row bf16 verify may part at near-ties
 (docs/precision.md). Pause other CPU work while it runs.
 """
 
@@ -29,7 +30,7 @@ import time
 import jax
 import numpy as np
 
-from benchmarks.methods.auto_view import run_config
+from benchmarks.methods.auto_view import run_configs
 from dominotree_jax.measure.timing import bf16_units, cpu_model
 
 
@@ -43,6 +44,8 @@ def main(argv=None):
     ap.add_argument("--lookup-lengths", default="8",
                     help="lookup path lengths of the bf16 auto + lookup run (e.g. 8,16: one "
                          "row each; the first is every other lookup run's)")
+    ap.add_argument("--reps", type=int, default=2,
+                    help="passes over the prompts (each prompt decoded by every run in turn)")
     ap.add_argument("--stop", action="store_true",
                     help="stop at the tokenizer's end-of-turn ids (default: every call decodes "
                          "--new tokens, past the answer's end)")
@@ -83,16 +86,16 @@ def main(argv=None):
         ("float32 lookup auto", pair32, pair32.config("lookup", budget="auto", **look, **kw),
          "float32 ar"),
     ]
-    results = {}
-    for label, pair, cfg, _ in runs:
-        t0 = time.perf_counter()
-        results[label] = run_config(pair, cfg, prompts, width)
-        print(f"  {label}: {time.perf_counter() - t0:.0f} s", flush=True)
+    t0 = time.perf_counter()
+    results = run_configs({label: (pair, cfg, None) for label, pair, cfg, _ in runs}, prompts,
+                          width, args.reps)
+    print(f"  {len(runs)} runs x {args.reps} reps: {time.perf_counter() - t0:.0f} s", flush=True)
 
     print(f"\n# {m} + lookup on bf16 weights vs float32 ar — {cpu_model()} "
           f"(bf16 units: {bf16_units() or 'none'}), {jax.devices()[0].platform}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"{args.prompts} prompts per set x {args.new} new tokens, T 0, batch 1, prompt "
+    print(f"{args.prompts} prompts per set x {args.new} new tokens x {args.reps} reps, T 0, "
+          f"batch 1, prompt "
           f"bucket {width}; lookup {args.lookup} paths of {lengths[0]}"
           f"{'; stopping at end of turn' if args.stop else ''}\n")
     sets = list(prompts)

@@ -44,6 +44,15 @@ The policy, all of it inside the jitted loop (``AutoState`` is part of the loop 
    would save no compute and lose expected tokens); a row that does not accept commits one
    token, as a plain step would. The batch-level EMAs are what a next call starts from (its rows
    are new texts).
+4. Sources, with lookup drafting (``lookup=K`` beside a drafter): each round first finds the
+   lookup paths (no drafter pass) and the size they would get alone (point 2, with the lookup
+   rounds' own calibration). When that size verifies nodes, the drafter runs only if drafted
+   rounds have delivered (``rate``) at least the tokens per AR step that lookup-only round
+   expects; a round whose text the lookup paths already copy well skips the drafter's cost.
+   ``rate`` then learns only from drafted rounds whose lookup paths alone were not worth a
+   verify: what the drafter delivers by itself, not the copied tokens a merged tree also holds.
+   So each round is a plain step, lookup only, or the drafter's tree with the lookup paths
+   merged in (both; the drafter alone where the lookup finds nothing).
 """
 
 from __future__ import annotations
@@ -195,10 +204,25 @@ class AutoPolicy:
         since the last drafted one."""
         return st._replace(since=st.since + 1)
 
-    def wants_draft(self, st: AutoState):
+    def wants_draft(self, st: AutoState, lookup: SizeChoice | None = None, live_B=None):
+        """Whether this round runs the drafter (point 1 of the module docstring). ``lookup``:
+        the size the lookup paths alone would get this round (``choose(..., lookup=True)``);
+        when it verifies nodes, the drafter runs only if its rounds' ``rate`` is at least the
+        rate that lookup-only round expects (point 4)."""
         if not self.can_pay:
             return jnp.zeros((), bool)
-        return (st.rate >= self.ar_rate) | (st.since + 1 >= st.gap)
+        wants = (st.rate >= self.ar_rate) | (st.since + 1 >= st.gap)
+        if lookup is None:
+            return wants
+        return wants & ((lookup.index == 0) | (st.rate >= self.expected_rate(lookup, live_B)))
+
+    def expected_rate(self, choice: SizeChoice, live_B):
+        """Tokens per live row per AR step a round of ``choice`` expects without a draft (a
+        lookup-only round, or a plain step at size 0: the AR rate)."""
+        live_B = live_B.astype(jnp.float32)
+        rows = jnp.maximum(live_B.sum(), 1.0)
+        tokens = jnp.sum(live_B * jnp.where(choice.index > 0, choice.expected_B, 1.0))
+        return tokens / (rows * jnp.asarray(self.verify_costs, jnp.float32)[choice.index])
 
     def calibration(self, st: AutoState, lookup: bool = False):
         """Realised / predicted accepted nodes: of drafted rounds, or of lookup-only ones."""
@@ -228,9 +252,15 @@ class AutoPolicy:
                           expected_B=1.0 + calib_B * pred_Bn[:, index])
 
     def update(self, st: AutoState, drafted, choice: SizeChoice, committed_B, accepted_B,
-               root_hit_B, live_B) -> AutoState:
+               root_hit_B, live_B, lookup: SizeChoice | None = None) -> AutoState:
         """After a round: ``committed_B`` tokens, ``accepted_B`` draft nodes; ``root_hit_B``:
-        the target's first token was one of the root's children (informative at size 0)."""
+        the target's first token was one of the root's children (informative at size 0).
+        ``lookup``: the size the lookup paths alone had this round (``wants_draft``'s); a
+        drafted round whose lookup paths alone were worth a verify leaves ``rate`` as it was:
+        ``rate`` is what the drafter delivers where the lookup does not, the figure
+        ``wants_draft`` weighs against a lookup-only round (tokens the lookup paths bring to a
+        merged tree would otherwise count for the drafter, and keep it drafting in rounds the
+        paths alone serve for less)."""
         f32 = jnp.float32
         live_B = live_B.astype(f32)
         rows = jnp.maximum(live_B.sum(), 1.0)
@@ -239,6 +269,8 @@ class AutoPolicy:
         probe = st.rate < self.ar_rate   # drafted only because the gap ran out
         alpha = jnp.where(probe, PROBE_ALPHA, RATE_ALPHA)
         rate = (1 - alpha) * st.rate + alpha * realized
+        if lookup is not None:
+            rate = jnp.where(lookup.index == 0, rate, st.rate)
         size0 = choice.index == 0
         live = live_B > 0
         a = CALIB_ALPHA

@@ -14,6 +14,11 @@ from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, TREE_METHODS, ch
 CHAIN_METHODS = ("dflash", "domino")
 # "lookup": no drafter, the draft is copied from the prompt and the text so far (lookup.py)
 METHODS = ("ar",) + CHAIN_METHODS + TREE_METHODS + ("lookup",)
+# default lookup path lengths: beside a drafter, and for method "lookup" (no drafter), whose
+# paths of 16 tokens ran 1.0-1.1x as fast as paths of 8 on every set (bf16 weights, budget
+# "auto", Zen 5; benchmarks/results/lookup/bf16_host.md); a drafter's tree gained nothing
+# clear from them
+LOOKUP_LENGTH = {False: 8, True: 16}
 DRAFTER_METHODS = CHAIN_METHODS + TREE_METHODS
 
 
@@ -66,13 +71,14 @@ class DecodeConfig:
     # lookup drafting (decoding/lookup.py): K continuations copied from the prompt and the
     # text so far join every round's draft (0 = off; method "lookup" takes 4 when 0); matches
     # of lookup_ngram = (min, max) tokens, longest first, starting inside the last
-    # lookup_window positions; paths of lookup_length tokens (a chain's: at most its depth);
+    # lookup_window positions; paths of lookup_length tokens (a chain's: at most its depth;
+    # None: LOOKUP_LENGTH[method "lookup" or not], the lengths that measured best);
     # lookup_accept: P(depth d accepted | earlier accepted) per matched n (rows) and depth
     # (columns), the scores that rank lookup nodes against the drafter's (None: measured
     # default, lookup.DEFAULT_ACCEPT)
     lookup: int = 0
     lookup_ngram: tuple[int, int] = (1, 4)
-    lookup_length: int = 8
+    lookup_length: int | None = None
     lookup_window: int = 1024
     lookup_accept: tuple[tuple[float, ...], ...] | None = None
     # the precision the parameters are held in (a ``precision.Precision`` or its text, e.g.
@@ -118,6 +124,8 @@ class DecodeConfig:
             raise ValueError(f"stop ids outside the vocabulary: {bad}")
 
     def _check_lookup(self):
+        if self.lookup_length is None:
+            object.__setattr__(self, "lookup_length", LOOKUP_LENGTH[self.method == "lookup"])
         if self.method == "lookup":
             if self.lookup == 0:
                 object.__setattr__(self, "lookup", 4)

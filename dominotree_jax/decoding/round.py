@@ -247,19 +247,25 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
     B = inp.t0_B.shape[0]
     plain_target = target if plain_target is None else plain_target
     plain_drafter = drafter if plain_drafter is None else plain_drafter
-    drafted = policy.wants_draft(auto)
-    # a round the drafter sits out: a plain step, or (lookup drafting) the lookup paths alone
-    undrafted = (functools.partial(lookup_draft, config, B, inp.history) if policy.lookup_can_pay
-                 else lambda: skipped_draft(B, config.num_draft_nodes))
-    draft = undrafted() if not policy.can_pay else jax.lax.cond(   # no drafter: lookup only
+    # a round the drafter sits out: a plain step, or (lookup drafting) the lookup paths alone,
+    # found before the drafter runs so that the policy can weigh them against a draft
+    if policy.lookup_can_pay:
+        with jax.named_scope(STAGE_LOOKUP):
+            looked = lookup_draft(config, B, inp.history)
+        with jax.named_scope(STAGE_AUTO):
+            alone = policy.choose(auto, looked, live_B, lookup=True)
+            drafted = policy.wants_draft(auto, alone, live_B)
+    else:
+        looked, alone = skipped_draft(B, config.num_draft_nodes), None
+        drafted = policy.wants_draft(auto)
+    draft = looked if not policy.can_pay else jax.lax.cond(   # no drafter: lookup only
         drafted, lambda: draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
                                      head_target=plain_target, history=inp.history,
                                      head_rows_CH=inp.head_rows_CH),
-        undrafted)
+        lambda: looked)
     with jax.named_scope(STAGE_AUTO):
         choice = policy.choose(auto, draft, live_B)
-        if policy.lookup_can_pay:
-            alone = policy.choose(auto, draft, live_B, lookup=True)
+        if alone is not None:
             choice = jax.tree.map(lambda a, b: jnp.where(drafted, a, b), choice, alone)
         else:
             choice = choice._replace(index=jnp.where(drafted, choice.index, 0))
@@ -272,7 +278,7 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
         root_hit_B = jnp.any(draft.valid_BN & (draft.parents_BN < 0)
                              & (draft.tokens_BN == first_B[:, None]), axis=1)
         auto = policy.update(auto, drafted, choice, rows.num_nodes_B + 1, rows.num_nodes_B,
-                             root_hit_B, live_B)
+                             root_hit_B, live_B, lookup=alone)
     size_B = jnp.asarray(policy.sizes, jnp.int32)[choice.index] + jnp.zeros((B,), jnp.int32)
     with jax.named_scope(STAGE_COMMIT):
         cache = write_kept(inp.cache, rows, inp.start_B)
