@@ -39,6 +39,8 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
                         "(results/lookup/)",
         "shared_prefill": "one prefill shared by a prompt's G samples vs one per row (tunix "
                           "rollout engine)",
+        "plain_calls": "rollout calls auto does not draft in: ar, its drafting program, "
+                       "plain calls, the lookup-only program (tunix rollout engine)",
     }),
     "step": ("one target step: ar vs transformers, its stages, products, cache writes, HLO", {
         "ar": "our jitted ar vs transformers generate, per precision and batch size",

@@ -55,12 +55,20 @@ TRAIN_ARMS = ARMS[:3]   # the arms a plain run trains (the +lookup ones: --arms)
 LOOKUP_PATHS = 4        # +lookup arms: paths copied from the prompt and the text so far
 DEFAULTS = ArmSettings(model="smollm2", steps=60, prompts=4, group=4, max_new=48,
                        temperature=0.9, lr=3e-5, beta=0.04, seed=0,
-                       refresh=dict(lr=3e-4, anchors=4, rows=None, schedule="every"),
+                       refresh=dict(lr=3e-4, anchors=4, rows=None,
+                                    schedule={"every": True, "invest_share": 0.03}),
                        rollout_prompts=1)
 FAST_XLA = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 SUFFIX = " Answer with only the number."
 NAMES = ("Mia", "Tom", "Ana", "Sam", "Lea", "Ben", "Zoe", "Max")
 ITEMS = ("apples", "pencils", "stickers", "marbles", "books", "cookies")
+
+
+def refresh_schedule(kind: str, budget: str):
+    """``drafter_refresh``'s ``schedule`` of ``--refresh-schedule`` / ``--refresh-budget``: the
+    ``RefreshSchedule`` settings as a JSON-able dict (``settings.json``)."""
+    return {"every": kind == "every",
+            "invest_share": None if budget == "none" else float(budget)}
 
 
 # ---------------------------------------------------------------------------- prompts, reward
@@ -244,6 +252,10 @@ if __name__ == "__main__":
                     choices=("adaptive", "every"),
                     help="a refresh step after every call, or when its drafter's chain τ "
                          "says so (rollout/refresh_schedule.py)")
+    ap.add_argument("--refresh-budget", default="0.03",
+                    help="the refresh's least share of the rollout time (its time budget; "
+                         "half of what drafting saves where it does), or 'none': steps as the "
+                         "schedule says (rollout/refresh_schedule.py)")
     ap.add_argument("--out", default="benchmarks/results/rl")
     ap.add_argument("--save-dir", default=None, help="save each arm's final policy here")
     ap.add_argument("--ckpt-every", type=int, default=2,
@@ -275,4 +287,5 @@ if __name__ == "__main__":
              temperature=args.temperature, lr=args.lr, beta=args.beta, seed=args.seed,
              rollout_prompts=args.rollout_prompts,
              refresh=dict(lr=args.refresh_lr, anchors=args.refresh_anchors, rows=None,
-                          schedule=args.refresh_schedule))
+                          schedule=refresh_schedule(args.refresh_schedule,
+                                                    args.refresh_budget)))

@@ -67,8 +67,31 @@ def test_features_off_by_default(pair):
     out = jit_decode()(
         params, jnp.asarray([[3, 4, 5]], jnp.int32), config=cfg)
     assert out.features is None
-    with pytest.raises(ValueError, match="return_features"):
-        cfg.replace(method="ar", return_features=True)
+    with pytest.raises(ValueError, match="return_features needs a drafter config"):
+        cfg.replace(method="ar", drafter=None, return_features=True)
+
+
+@pytest.mark.parametrize("method", ["ar", "lookup"])
+def test_methods_without_a_drafter_tap_its_features_when_given_its_config(pair, method):
+    """``ar`` and ``lookup`` with a drafter config return the features it would read (the
+    rollout engine's plain calls feed the drafter refresh so), equal to a teacher-forced
+    forward's at the committed tokens."""
+    tcfg, dcfg, params = pair
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=6,
+                       return_features=True, **({"budget": 4} if method == "lookup" else {}))
+    prompt = [3, 17, 5, 9, 3, 17]
+    out = jit_decode()({"target": params["target"], "drafter": None},
+                       jnp.asarray([prompt], jnp.int32), config=cfg)
+    n = int(out.num_tokens[0])
+    seq = jnp.asarray(prompt + out.tokens[0, :n].tolist(), jnp.int32)[None]
+    taps = tap_layers_for(cfg)
+    assert taps == tuple(dcfg.target_layer_ids)
+    ref = masked_forward(bind_target(tcfg, params["target"]), seq, jnp.ones(seq.shape, bool),
+                         taps).taps[0]
+    L = len(prompt)
+    np.testing.assert_allclose(np.asarray(out.features[0, :L + n - 1]),
+                               np.asarray(ref[:L + n - 1]), atol=2e-4)
+    assert tap_layers_for(cfg.replace(return_features=False)) == ()
 
 
 def test_rollout_batch_layout(rollout):

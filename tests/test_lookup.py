@@ -241,7 +241,8 @@ def test_bad_settings_are_refused_by_name():
                       (dict(lookup=2, lookup_ngram=(3, 2)), "lookup_ngram must be"),
                       (dict(lookup=2, lookup_accept=((0.5, 1.5),)), "probabilities in"),
                       (dict(method="ar", lookup=2), "lookup drafting needs a drafting method"),
-                      (dict(method="lookup", return_features=True), "return_features")):
+                      (dict(method="lookup", drafter=None, return_features=True),
+                       "return_features needs a drafter config")):
         with pytest.raises(ValueError, match=match):
             DecodeConfig(**{**base, **kw})
     assert DecodeConfig(target=tcfg, method="lookup").lookup == 4
@@ -249,3 +250,28 @@ def test_bad_settings_are_refused_by_name():
     assert DecodeConfig(target=tcfg, method="lookup").lookup_length == 16
     assert DecodeConfig(**base, lookup=2).lookup_length == 8
     assert DecodeConfig(target=tcfg, method="lookup", lookup_length=5).lookup_length == 5
+
+
+def test_an_auto_round_searches_the_lookup_paths_once(monkeypatch):
+    """``lookup=K`` beside a drafter with ``budget="auto"``: the round finds the lookup paths
+    before its draft decision, and the drafter's merged tree reuses them (one search per
+    round, counted while the decode is traced; it was two)."""
+    import functools
+    from dominotree_jax.decoding import draft as draft_module
+    from dominotree_jax.decoding.auto_size import AutoPolicy
+    from dominotree_jax.decoding.decode import decode
+    searches = []
+    search = draft_module.lookup_candidates
+
+    def counted(*args, **kw):
+        searches.append(1)
+        return search(*args, **kw)
+
+    monkeypatch.setattr(draft_module, "lookup_candidates", counted)
+    tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", budget="auto",
+                       node_topk=3, top_m=8, lookup=4, max_new_tokens=8)
+    policy = AutoPolicy(cfg, 1)
+    assert policy.can_pay and policy.lookup_can_pay   # both sources in the round
+    jax.make_jaxpr(functools.partial(decode, config=cfg))(params, jnp.asarray(PROMPT))
+    assert len(searches) == 1

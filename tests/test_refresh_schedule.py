@@ -62,3 +62,38 @@ def test_the_schedule_resumes_from_its_checkpoint():
     b = RefreshSchedule.from_checkpoint(pickle.loads(pickle.dumps(a.checkpoint_state())))
     assert b == a
     assert steps_taken(a, lambda i: 2.0, 30) == steps_taken(b, lambda i: 2.0, 30)
+
+
+def test_the_time_budget_holds_steps_to_their_share_of_the_rollout_time():
+    """``invest_share``: while drafting saves nothing (gain <= 1) the steps cost at most
+    ``invest_share`` of the calls' time (the first, taken at once, paid back before the next);
+    where drafting saves, half of the saving; a fixed budget (gain None) is not held back."""
+    s = RefreshSchedule(every=True)                 # a step after every call, within budget
+    assert s.invest_share == 0.03
+    taken = []
+    for call in range(200):
+        s.earn(1.0, 0.9)                            # 1 s calls, drafting below the AR rate
+        if s.due():
+            s.spend(0.3)                            # a 0.3 s step
+            taken.append(call)
+    assert taken[0] == 0 and 19 <= len(taken) <= 20          # 6 s earned, 0.3 s a step
+    assert 0.3 * len(taken) <= 0.03 * 200 + 1e-9 and taken[1] in (19, 20)
+    s = RefreshSchedule(every=True, credit=0.0, step_seconds=0.3)
+    steps = 0
+    for _ in range(100):
+        s.earn(1.0, 1.4)                            # drafting delivers 1.4x: 20 % to spend
+        if s.due():
+            s.spend(0.3)
+            steps += 1
+    assert 65 <= steps <= 66                        # 20 s earned, 0.3 s a step
+    s = RefreshSchedule(every=True, step_seconds=5.0)
+    s.earn(0.01, None)
+    assert s.due()                                  # a fixed budget: every step affordable
+    s = RefreshSchedule(every=True, step_seconds=0.3)
+    for _ in range(1000):                           # credit is capped: no burst after idling
+        s.earn(1.0, 0.5)
+    assert s.credit == pytest.approx(0.6)
+    free = RefreshSchedule(every=True, invest_share=None, step_seconds=9.0)
+    assert free.due()
+    with pytest.raises(ValueError, match="invest_share"):
+        RefreshSchedule(invest_share=1.5)

@@ -194,8 +194,8 @@ def test_checkpoint_state_resumes_the_same_rollouts(pair):
     stores it) makes the rollouts the saved engine makes next (key, carried auto state,
     refreshed drafter and its optimizer state, the refresh schedule all restored)."""
     import pickle
-    kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6),
-              drafter_refresh={"lr": 1e-2, "anchors": 3, "schedule": "adaptive"})
+    kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6),   # (no time budget: steps by schedule)
+              drafter_refresh={"lr": 1e-2, "anchors": 3, "schedule": {"invest_share": None}})
     rc = rcfg(temperature=1.0, top_p=1.0, seed=None)
     a = make_engine(pair, seed=3, **kw)
     a.generate(PROMPTS, rc)
@@ -211,7 +211,9 @@ def test_checkpoint_state_resumes_the_same_rollouts(pair):
             np.testing.assert_allclose(lx, ly, atol=1e-6)
     assert any(not np.array_equal(x, y) for x, y in zip(want[0].tokens, fresh.tokens))
     assert a.refresher.num_steps == b.refresher.num_steps >= 2
-    assert a.refresh_schedule == b.refresh_schedule and a.refresh_schedule.ema is not None
+    import dataclasses   # (the last step's wall time differs: it is only read by the budget)
+    assert dataclasses.replace(a.refresh_schedule, step_seconds=0.0) == dataclasses.replace(
+        b.refresh_schedule, step_seconds=0.0) and a.refresh_schedule.ema is not None
     for x, y in zip(jax.tree.leaves(a.params["drafter"]), jax.tree.leaves(b.params["drafter"])):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
     assert [r["loss"] for r in a.refresh_log[1:]] == pytest.approx(
@@ -219,6 +221,60 @@ def test_checkpoint_state_resumes_the_same_rollouts(pair):
     with pytest.raises(ValueError, match="refresh"):
         make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6)).restore_checkpoint_state(
             saved)
+
+
+@pytest.mark.parametrize("lookup", [0, 2])
+def test_a_call_whose_state_would_not_draft_runs_as_a_plain_call(pair, lookup):
+    """``budget="auto"``: a call whose carried state would not run the drafter in its first
+    round runs as ``ar`` (``lookup`` with ``lookup=K``; ``auto_probe.plain_config``), with
+    the drafter's features for the refresh; its samples are an ``ar`` engine's with the same
+    key; its rounds count towards the probe gap, up to the round before it runs out, and the
+    call that reaches the gap runs the drafting program (the probe)."""
+    eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6), lookup=lookup,
+                      return_features=True)
+    rc = rcfg(temperature=1.0, top_p=1.0, seed=7, max_tokens_to_generate=6)
+    eng.generate(PROMPTS, rc)                    # no carried state yet: the drafting program
+    assert not eng.last.plain
+    config = eng.decode_config(rc)
+    key = (config, len(PROMPTS))
+    st = eng._auto_states[key]
+    eng._auto_states[key] = st._replace(rate=np.float32(0.0), since=np.int32(0),
+                                        gap=np.int32(100))   # drafting does not pay
+    got = eng.generate(PROMPTS, rc)
+    assert eng.last.plain and eng.last.method == ("lookup" if lookup else "ar")
+    assert eng.last.out.features is not None
+    rounds = int(np.max(eng.last.out.num_rounds))
+    assert int(eng._auto_states[key].since) == rounds
+    if not lookup:
+        want = make_engine(pair, method="ar").generate(PROMPTS, rc)
+        for a, b, la, lb in zip(got.tokens, want.tokens, got.logprobs, want.logprobs):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(la, lb, atol=1e-5)
+    else:   # the lookup-only program carries its own state; the calls' record decides
+        from dominotree_jax.rollout.auto_probe import LOOKUP_PAYS, call_gain
+        lookup_cfg = eng.traces[-1]
+        assert (lookup_cfg, len(PROMPTS)) in eng._auto_states
+        calls = eng.auto_probe.lookup_calls[key]
+        gain = call_gain(lookup_cfg, len(PROMPTS), eng.last.out)
+        assert calls.gain == pytest.approx(0.5 * LOOKUP_PAYS + 0.5 * gain) and calls.waited == 0
+        calls.gain, calls.gap = 0.5, 3           # lookup-only calls did not pay: ar, then
+        ran = []                                 # a lookup-only probe after 3 calls
+        for _ in range(4):
+            eng._auto_states[key] = eng._auto_states[key]._replace(since=np.int32(0))
+            eng.generate(PROMPTS, rc)
+            ran.append(eng.last.method)
+        assert ran[:3] == ["ar", "ar", "lookup"] and calls.gap in (1, 6)
+    eng._auto_states[key] = eng._auto_states[key]._replace(since=np.int32(95))
+    eng.generate(PROMPTS, rc)
+    assert eng.last.plain and int(eng._auto_states[key].since) == 99   # capped: gap - 1
+    eng.generate(PROMPTS, rc)                    # the gap runs out: the probe drafts
+    assert not eng.last.plain and int(eng._auto_states[key].since) < 99
+    off = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6), plain_calls=False)
+    off.generate(PROMPTS, rc)
+    (okey, ost), = off._auto_states.items()
+    off._auto_states[okey] = ost._replace(rate=np.float32(0.0), gap=np.int32(100))
+    off.generate(PROMPTS, rc)
+    assert not off.last.plain
 
 
 def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):
@@ -309,7 +365,7 @@ def test_the_refresh_schedule_skips_steps_while_the_drafter_is_flat(pair):
     eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6),
                       drafter_refresh={"lr": 1e-2, "anchors": 3, "schedule": "adaptive"})
     assert eng.refresh_schedule == RefreshSchedule()
-    eng.refresh_schedule = Flat(max_gap=4)
+    eng.refresh_schedule = Flat(max_gap=4, invest_share=None)   # the schedule alone
     took, metrics = [], []
     for _ in range(8):
         eng.generate(PROMPTS, rcfg(temperature=1.0, top_p=1.0, seed=None))
@@ -318,8 +374,10 @@ def test_the_refresh_schedule_skips_steps_while_the_drafter_is_flat(pair):
     assert took == [True, True, False, True, False, False, False, True] == metrics
     assert eng.refresher.num_steps == len(eng.refresh_log) == 4
     assert [r["next_gap"] for r in eng.refresh_log] == [1, 2, 4, 4]
-    every = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6),
-                        drafter_refresh={"lr": 1e-2, "anchors": 3})   # the default: every
+    every = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6),   # the default: every
+                        drafter_refresh={"lr": 1e-2, "anchors": 3,
+                                         "schedule": {"every": True, "invest_share": None}})
+    assert every.refresh_schedule == RefreshSchedule(every=True, invest_share=None)
     for _ in range(3):
         every.generate(PROMPTS, rcfg(temperature=1.0, top_p=1.0, seed=None))
     assert every.refresher.num_steps == 3

@@ -53,7 +53,9 @@ class DecodeConfig:
     # trainers (tunix's ``compute_per_token_logps``) score the same tokens with
     logprobs_filtered: bool = True
     # also return the target's tapped features of the prompt and committed tokens (the
-    # drafter's inputs; ``rollout.drafter_refresh`` trains on them)
+    # drafter's inputs; ``rollout.drafter_refresh`` trains on them): the layers ``drafter``
+    # taps, so it needs a drafter config, also with methods "ar" and "lookup", which then
+    # tap them without drafting
     return_features: bool = False
     max_len: int | None = None       # cache slots; None = prompt + max_new_tokens + verify rows
     # W: every drafter layer sees only the last W committed context rows (its context is then
@@ -101,8 +103,9 @@ class DecodeConfig:
         validate_sampling(self.temperature, self.top_k, self.top_p)
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.return_features and self.method == "ar":
-            raise ValueError("return_features needs a drafter's tap layers; method 'ar' has none")
+        if self.return_features and self.drafter is None:
+            raise ValueError(f"return_features needs a drafter config (its tap layers); method "
+                             f"{self.method!r} was given none")
         self._check_lookup()
         if self.method in DRAFTER_METHODS:
             if self.drafter is None:
@@ -129,9 +132,6 @@ class DecodeConfig:
         if self.method == "lookup":
             if self.lookup == 0:
                 object.__setattr__(self, "lookup", 4)
-            if self.return_features:
-                raise ValueError("return_features needs a drafter's tap layers; method "
-                                 "'lookup' has none")
         for name, least in (("lookup", 0), ("lookup_length", 1), ("lookup_window", 1)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < least:

@@ -40,8 +40,11 @@ class Draft(NamedTuple):
 
 
 def tap_layers_for(config: DecodeConfig) -> tuple[int, ...]:
-    """Target layers whose outputs the drafter reads (none for ``ar`` and ``lookup``)."""
-    return tuple(config.drafter.target_layer_ids) if config.uses_drafter else ()
+    """Target layers whose outputs the drafter reads (none for ``ar`` and ``lookup``, unless
+    they return the features for a drafter config they were given: ``return_features``)."""
+    if config.uses_drafter or (config.return_features and config.drafter is not None):
+        return tuple(config.drafter.target_layer_ids)
+    return ()
 
 
 def bind_drafter_for(config: DecodeConfig, drafter_params):
@@ -101,9 +104,10 @@ def lookup_scores(config: DecodeConfig):
                                         config.lookup_ngram[1]))
 
 
-def with_lookup(config: DecodeConfig, tree: Tree, history) -> Tree:
-    """``tree`` (a batch) and this round's lookup paths merged under the same budget."""
-    cands = lookup_cands(config, history)
+def with_lookup(config: DecodeConfig, tree: Tree, history, cands=None) -> Tree:
+    """``tree`` (a batch) and this round's lookup paths merged under the same budget
+    (``cands``: ``lookup_cands(config, history)`` when found already)."""
+    cands = lookup_cands(config, history) if cands is None else cands
     logacc = lookup_scores(config)
     merge = functools.partial(merge_row, budget=tree.tokens.shape[-1], depth=config.draft_depth)
     tok, par, dep, _, sc = jax.vmap(merge, in_axes=(0,) * 8 + (None,))(
@@ -112,17 +116,18 @@ def with_lookup(config: DecodeConfig, tree: Tree, history) -> Tree:
     return Tree(tok, par, dep, sc, jnp.sum(dep >= 0, axis=-1).astype(jnp.int32))
 
 
-def lookup_draft(config: DecodeConfig, batch: int, history) -> Draft:
-    """``method="lookup"``: the best ``budget`` lookup nodes, no drafter."""
+def lookup_draft(config: DecodeConfig, batch: int, history, cands=None) -> Draft:
+    """``method="lookup"``: the best ``budget`` lookup nodes, no drafter (``cands``: as in
+    ``with_lookup``)."""
     N = config.num_draft_nodes
     empty = Tree(jnp.zeros((batch, N), jnp.int32), jnp.full((batch, N), -1, jnp.int32),
                  jnp.full((batch, N), -1, jnp.int32), jnp.full((batch, N), -jnp.inf),
                  jnp.zeros((batch,), jnp.int32))
-    return draft_from_tree(with_lookup(config, empty, history))
+    return draft_from_tree(with_lookup(config, empty, history, cands))
 
 
 def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
-                history=None) -> Draft:
+                history=None, cands=None) -> Draft:
     """Greedy chain of ``J`` nodes: DFlash (argmax of the base logits) or Domino (corrected).
     ``target``: whose token embedding the Domino head reads. The chain and tree builders work
     over the drafter's draft vocabulary; the ``Draft`` holds target ids."""
@@ -134,9 +139,9 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
     tokens_BJ = drafter.to_target(tokens_BJ)
     if not config.lookup:
         return draft_from_tree(chain_tree(tokens_BJ, logprobs_BJ))
-    tokens_BJ, logprobs_BJ, valid_BJ = best_chain(tokens_BJ, logprobs_BJ,
-                                                  lookup_cands(config, history),
-                                                  lookup_scores(config))
+    tokens_BJ, logprobs_BJ, valid_BJ = best_chain(
+        tokens_BJ, logprobs_BJ, lookup_cands(config, history) if cands is None else cands,
+        lookup_scores(config))
     tree = chain_tree(tokens_BJ, jnp.where(valid_BJ, logprobs_BJ, 0.0))
     return draft_from_tree(tree._replace(depths=jnp.where(valid_BJ, tree.depths, -1),
                                          parents=jnp.where(valid_BJ, tree.parents, -1),
@@ -144,7 +149,7 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
 
 
 def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
-               history=None) -> Draft:
+               history=None, cands=None) -> Draft:
     """Best-first tree of ``num_draft_nodes`` per batch row (``ddtree`` marginal,
     ``condstatic`` one correction per depth along the greedy path, ``dominotree`` conditional
     on each node's path through the Domino head)."""
@@ -159,25 +164,27 @@ def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
 
     tree = jax.vmap(one)(base_BJV, z_BJH, t0_B)   # tokens in the draft vocabulary
     tree = tree._replace(tokens=drafter.to_target(tree.tokens))
-    return draft_from_tree(with_lookup(config, tree, history) if config.lookup else tree)
+    return draft_from_tree(with_lookup(config, tree, history, cands) if config.lookup
+                           else tree)
 
 
 def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B,
-                head_target=None, history=None, head_rows_CH=None) -> Draft:
+                head_target=None, history=None, head_rows_CH=None, cands=None) -> Draft:
     """The drafter's block forward after ``t0`` at positions ``start …``, then the chain or
     tree built on its outputs. ``head_target`` (default ``target``): the target whose token
     embedding the Domino head's float32 products read -- ``auto_round`` passes the float32
     view of 16-bit weights made before the loop, so the embedding is not upcast every round.
-    ``history`` = ``(seq [B, W], total [B])``: the text so far, for lookup drafting.
+    ``history`` = ``(seq [B, W], total [B])``: the text so far, for lookup drafting
+    (``cands``: its lookup candidates, when the round found them already: ``auto_round``).
     ``head_rows_CH``: the drafter's ``head_rows(target)``, gathered once before the loop."""
     if config.method == "ar":
         return empty_draft(t0_B.shape[0])
     if config.method == "lookup":
         with jax.named_scope(STAGE_TREE):
-            return lookup_draft(config, t0_B.shape[0], history)
+            return lookup_draft(config, t0_B.shape[0], history, cands)
     with jax.named_scope(STAGE_DRAFT):
         z_BJH, base_BJV = drafter.draft(target, ctx, t0_B, start_B, head_rows_CH)
     build = chain_draft if config.method in CHAIN_METHODS else tree_draft
     with jax.named_scope(STAGE_TREE):
         return build(config, target if head_target is None else head_target, drafter, z_BJH,
-                     base_BJV, t0_B, history)
+                     base_BJV, t0_B, history, cands)

@@ -32,8 +32,8 @@ from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState
 from dominotree_jax.decoding.commit import (PAD, Committed, RoundRows, commit, keep_rows,
                                             write_kept)
 from dominotree_jax.decoding.config import DecodeConfig
-from dominotree_jax.decoding.draft import (Draft, draft_round, first_nodes, lookup_draft,
-                                           skipped_draft, tap_layers_for)
+from dominotree_jax.decoding.draft import (Draft, draft_round, first_nodes, lookup_cands,
+                                           lookup_draft, skipped_draft, tap_layers_for)
 from dominotree_jax.decoding.lookup import history
 from dominotree_jax.decoding.stages import (STAGE_ACCEPT, STAGE_AUTO, STAGE_COMMIT,
                                             STAGE_LOOKUP, STAGE_VERIFY)
@@ -249,9 +249,11 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
     plain_drafter = drafter if plain_drafter is None else plain_drafter
     # a round the drafter sits out: a plain step, or (lookup drafting) the lookup paths alone,
     # found before the drafter runs so that the policy can weigh them against a draft
+    cands = None   # the lookup search, once: the merged tree reuses what it found
     if policy.lookup_can_pay:
         with jax.named_scope(STAGE_LOOKUP):
-            looked = lookup_draft(config, B, inp.history)
+            cands = lookup_cands(config, inp.history)
+            looked = lookup_draft(config, B, inp.history, cands)
         with jax.named_scope(STAGE_AUTO):
             alone = policy.choose(auto, looked, live_B, lookup=True)
             drafted = policy.wants_draft(auto, alone, live_B)
@@ -261,7 +263,7 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
     draft = looked if not policy.can_pay else jax.lax.cond(   # no drafter: lookup only
         drafted, lambda: draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
                                      head_target=plain_target, history=inp.history,
-                                     head_rows_CH=inp.head_rows_CH),
+                                     head_rows_CH=inp.head_rows_CH, cands=cands),
         lambda: looked)
     with jax.named_scope(STAGE_AUTO):
         choice = policy.choose(auto, draft, live_B)

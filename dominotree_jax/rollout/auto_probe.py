@@ -8,19 +8,89 @@ probe its next round (``auto_size.probe_next``) instead of waiting out a gap lea
 one; the drafter refresh, which brings a new drafter after every rollout, probes only when its
 teacher-forced chain τ has risen by ``REPROBE_GAIN`` since the last probe (a probe each time
 would cost a drafted round each rollout, whatever it found).
+
+A call whose carried state would not run the drafter in its first round (``rate`` below the AR
+rate and no probe due: ``AutoPolicy.wants_draft``) runs as a *plain call*: ``plain_config``,
+the same sampling as ``method="ar"`` (or ``method="lookup"`` with the same lookup paths when
+``lookup=K``: the rounds the drafter sits out verify them), so it pays none of what a policy
+that does not draft still pays in a drafting program (the prompt's drafter context, keeping it
+current each round, the first round's draft decision): ``auto`` ran 0.93-0.95x ``ar`` in GRPO
+rollouts it rightly did not draft in. Its rounds count towards the state's probe gap
+(``since``), so the call in which the gap runs out drafts a probe in its first round, as a
+drafting program would in that round; a new drafter (``probe_all``) makes the next call probe.
+Samples are the target's either way (every method is lossless).
+
+With ``lookup=K`` a plain call is a lookup-only program, which pays per round for the search
+and the size decision (~5 % of a plain step at batch 4) and gains only where the text copies
+itself. So the calls keep a record of their own (``LookupCalls``): what each lookup-only call
+delivered, tokens per AR step over the AR rate (``call_gain``, from its rounds' sizes and the
+cost table), as a moving average; while that is below ``LOOKUP_PAYS`` (1.05: the table does not
+price the search) the plain calls run ``ar``, and a lookup-only call comes back as a probe
+after ``gap`` calls (doubling while it does not pay, up to ``MAX_LOOKUP_GAP``; 1 once it
+pays).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from dominotree_jax.decoding.auto_size import AutoState, initial_state, probe_next
+from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState, initial_state, probe_next
 from dominotree_jax.decoding.config import DecodeConfig
 
 # the refresh's teacher-forced chain τ must rise by this factor since the last probe of
 # budget="auto" before a refreshed drafter is probed again
 REPROBE_GAIN = 1.1
+LOOKUP_ALPHA = 0.5    # the newest lookup-only call's weight in ``LookupCalls.gain``
+# a lookup-only call pays when its rounds deliver this much more than ``ar``'s per AR step of
+# the cost table: its rounds also search the text and decide a size, which the table does not
+# price (an auto round's cond and size switch alone cost ~4 % of a plain step at batch 4, Zen 5)
+LOOKUP_PAYS = 1.05
+MAX_LOOKUP_GAP = 16   # plain ``ar`` calls between lookup-only probes, at most
+
+
+@dataclasses.dataclass
+class LookupCalls:
+    """The plain calls' record of one ``lookup=K`` config (module docstring)."""
+    gain: float = LOOKUP_PAYS   # moving average of the lookup-only calls' ``call_gain``
+    gap: int = 1        # calls from one lookup-only call to the next while it does not pay
+    waited: int = 0     # ``ar`` calls since the last lookup-only one
+
+    def wants_lookup(self) -> bool:
+        return self.gain >= LOOKUP_PAYS or self.waited + 1 >= self.gap
+
+    def record(self, gain: float) -> None:
+        self.gain = (1 - LOOKUP_ALPHA) * self.gain + LOOKUP_ALPHA * gain
+        self.gap = 1 if self.gain >= LOOKUP_PAYS else min(2 * self.gap, MAX_LOOKUP_GAP)
+        self.waited = 0
+
+
+def call_gain(config: DecodeConfig, rows: int, out) -> float:
+    """What an ``auto`` call under ``config`` delivered against ``ar``: committed tokens per AR
+    step of its rounds (each row's round priced at the cost table's verify of its size) x the
+    AR step's cost: 1.0 is ``ar``'s rate."""
+    policy = AutoPolicy(config, rows)
+    sizes_BY = out.draft_sizes               # (jnp: also a multi-process global array)
+    ran_BY = sizes_BY >= 0
+    index_BY = jnp.searchsorted(jnp.asarray(policy.sizes), jnp.maximum(sizes_BY, 0))
+    cost_BY = jnp.asarray(policy.verify_costs, jnp.float32)[index_BY]
+    spent = float(jnp.sum(jnp.where(ran_BY, cost_BY, 0.0)))
+    tokens = float(jnp.sum(jnp.where(ran_BY, out.accept_lengths, 0)))
+    return tokens * policy.verify_costs[0] / max(spent, 1e-9)
+
+
+def plain_config(config: DecodeConfig, lookup: bool = True) -> DecodeConfig:
+    """What a plain call of a drafting ``budget="auto"`` config runs: ``method="lookup"``
+    (``budget="auto"``, the same lookup settings) when ``config`` verifies lookup paths and
+    ``lookup``, else ``method="ar"``; it keeps the drafter config only to return its features
+    (``return_features``: the drafter refresh trains on them)."""
+    drafter = config.drafter if config.return_features else None
+    if config.lookup and lookup:
+        return config.replace(method="lookup", drafter=drafter)
+    return config.replace(method="ar", drafter=drafter, lookup=0)
 
 
 class AutoProbe:
@@ -30,6 +100,7 @@ class AutoProbe:
     def __init__(self):
         self.states: dict[tuple[DecodeConfig, int], AutoState] = {}
         self.probed_tau: float | None = None
+        self.lookup_calls: dict[tuple[DecodeConfig, int], LookupCalls] = {}
 
     def start_state(self, config: DecodeConfig, rows: int) -> AutoState | None:
         """The state a decode of ``rows`` rows under ``config`` starts from (None unless
@@ -47,6 +118,52 @@ class AutoProbe:
         if config.is_auto:
             self.states[(config, rows)] = state
 
+    def call_config(self, config: DecodeConfig, rows: int) -> DecodeConfig:
+        """The config a call of ``rows`` rows under ``config`` runs: ``plain_config(config)``
+        when the carried state would not run the drafter in the call's first round (module
+        docstring), else ``config``. A first call (no carried state) drafts."""
+        carried = self.states.get((config, rows))
+        if not (config.is_auto and config.uses_drafter) or carried is None:
+            return config
+        policy = AutoPolicy(config, rows)
+        if bool(policy.wants_draft(policy.init(carried))):
+            return config
+        calls = self.lookup_calls.get((config, rows), LookupCalls())
+        return plain_config(config, lookup=calls.wants_lookup())
+
+    def carry_call(self, config: DecodeConfig, ran: DecodeConfig, rows: int, out) -> None:
+        """After a call under ``config`` that ran ``ran`` (``call_config``'s) and returned
+        ``out`` (a ``DecodeOutput``): keep the final state of what ran, and after a plain call
+        count its rounds towards ``config``'s probe gap (up to the round before the gap runs
+        out: the next call then probes in its first round)."""
+        self.carry(ran, rows, out.auto_state)
+        if ran is config:
+            return
+        if config.lookup:   # the plain calls' record: a lookup-only call, or one more ar call
+            calls = self.lookup_calls.setdefault((config, rows), LookupCalls())
+            if ran.is_auto:
+                calls.record(call_gain(ran, rows, out))
+            else:
+                calls.waited += 1
+        st = self.states[(config, rows)]
+        rounds = int(jax.device_get(jnp.max(out.num_rounds)))
+        since = np.minimum(np.asarray(st.since) + rounds,
+                           np.maximum(np.asarray(st.gap) - 1, 0)).astype(np.int32)
+        self.states[(config, rows)] = st._replace(since=since)
+
+    def gain(self, config: DecodeConfig, rows: int) -> float | None:
+        """What drafting delivers under ``config`` over the AR rate: the carried state's
+        ``rate`` x the AR step's cost (1.0 before a first call; None for a fixed budget, which
+        drafts every round whatever it delivers)."""
+        if not config.uses_drafter:
+            return 1.0
+        if not config.is_auto:
+            return None
+        carried = self.states.get((config, rows))
+        if carried is None:
+            return 1.0
+        return float(np.asarray(carried.rate)) / AutoPolicy(config, rows).ar_rate
+
     def probe_all(self) -> None:
         """A new drafter: every carried state drafts its next round as a probe."""
         self.states = {k: probe_next(v) for k, v in self.states.items()}
@@ -61,10 +178,12 @@ class AutoProbe:
         return probe
 
     def checkpoint_state(self) -> dict:
-        """Host copies: ``{"auto_states": {key: state}, "probed_tau": τ or -1.0}``."""
+        """Host copies: ``{"auto_states": {key: state}, "probed_tau": τ or -1.0,
+        "lookup_calls": {key: LookupCalls fields}}``."""
         host = {k: jax.tree.map(np.asarray, v) for k, v in self.states.items()}
         return {"auto_states": host,
-                "probed_tau": -1.0 if self.probed_tau is None else self.probed_tau}
+                "probed_tau": -1.0 if self.probed_tau is None else self.probed_tau,
+                "lookup_calls": {k: dataclasses.asdict(v) for k, v in self.lookup_calls.items()}}
 
     def restore_checkpoint_state(self, state: dict) -> None:
         """The inverse of ``checkpoint_state`` (``state`` may hold more entries; one without
@@ -72,3 +191,5 @@ class AutoProbe:
         self.states = dict(state["auto_states"])
         probed = float(state.get("probed_tau", -1.0))
         self.probed_tau = None if probed < 0 else probed
+        self.lookup_calls = {k: LookupCalls(**v)
+                             for k, v in state.get("lookup_calls", {}).items()}

@@ -19,6 +19,10 @@ class LastRollout:
     lengths_B: jax.Array       # prompt lengths
     out: DecodeOutput          # tokens, accept lengths, rounds, log-probs (and features)
     seconds: float             # wall time of the decode call (dispatch to ready)
+    # a plain call (``auto_probe``): the budget="auto" state would not draft, so it ran as
+    # ``method`` ``ar`` or ``lookup``
+    plain: bool = False
+    method: str = ""           # the method the call ran
 
     @property
     def tau(self) -> float:

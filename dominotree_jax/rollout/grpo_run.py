@@ -21,7 +21,8 @@ A results directory ``out`` holds:
   rollouts: read tokens/s next to it) and the time; with ``beside_ar``, the tokens/s and tokens of
   an ``ar`` engine that rolled out the same prompts with the same policy, key and sampling right
   after the arm's engine (``LoggedRollout``): the arm's speed against ``ar`` on the arm's own
-  policy at every step, which two arms' runs cannot give once their policies part.
+  policy at every step, which two arms' runs cannot give once their policies part; and how
+  many of the step's calls ran as plain calls (``auto_probe``: the policy would not draft).
 - ``checkpoints/<arm>/``: tunix's own checkpoints (orbax: the policy and its AdamW state, every
   ``ckpt_every`` steps and at the end; the newest ``ckpt_keep`` kept) and beside them
   ``engine/<step>.pkl``, the engine state tunix does not know about (``rollout.checkpoints``:
@@ -59,7 +60,8 @@ ARM_CSV_FIELDS = (
     "arm", "step", "reward_mean", "rollout_s", "rollout_tokens", "tokens_per_s", "tau",
     "draft_size", "refresh_steps", "refresh_s", "refresh_loss", "refresh_chain_tau_before",
     "refresh_temp_bytes", "refresh_logits_bytes", "completion_len", "rollout_calls", "compiles",
-    "step_wall_s", "loadavg_1m", "time_utc", "beside_ar_tokens_per_s", "beside_ar_tokens")
+    "step_wall_s", "loadavg_1m", "time_utc", "beside_ar_tokens_per_s", "beside_ar_tokens",
+    "plain_calls")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +111,8 @@ class LoggedRollout(DominoTreeRollout):
         self.calls.append({"seconds": last.seconds, "tokens": last.num_tokens,
                            "accepted": int(np.sum(np.asarray(last.out.accept_lengths))),
                            "rounds": int(np.sum(np.asarray(last.out.num_rounds))),
-                           "draft_size": last.mean_draft_size, "refresh": refresh})
+                           "draft_size": last.mean_draft_size, "refresh": refresh,
+                           "plain": last.plain})
         if self.beside is not None:
             self.beside.generate(prompts, rollout_config, **kw)
             self.calls[-1]["beside"] = (self.beside.last.seconds, self.beside.last.num_tokens)
@@ -180,7 +183,8 @@ class StepLog:
                "rollout_calls": len(calls), "compiles": eng.num_compilations,
                "step_wall_s": now - self.t_prev, "loadavg_1m": os.getloadavg()[0],
                "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "beside_ar_tokens_per_s": "", "beside_ar_tokens": ""}
+               "beside_ar_tokens_per_s": "", "beside_ar_tokens": "",
+               "plain_calls": sum(c["plain"] for c in calls)}
         beside = [c["beside"] for c in calls if "beside" in c]
         if beside:
             b_seconds, b_tokens = (sum(x) for x in zip(*beside))

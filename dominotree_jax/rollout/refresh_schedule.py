@@ -22,18 +22,33 @@ average's new highs can: a learning drafter's average keeps making them, a flat 
 ever more rarely. So a drafter that keeps gaining is refreshed at every call, and a flat one
 costs at most one step per ``max_gap`` calls (0.11 s per 16 calls: at most 1.5 % of the GRPO
 example's rollout time).
-``every=True`` takes a step after every call: the engine's default (``drafter_refresh``'s
-``schedule="every"``). Measured in the GRPO example (60 steps, Zen 5, 2026-12-05;
-docs/rl_results.md): the adaptive schedule took 68 steps in 240 calls and spent 8.5 s on them
-against 28.6 s for a step after every call in an earlier run, but its drafter reached a chain τ
-of 2.7 over the last 20 steps against 4.0: fewer steps learn less, and it was the better
-drafter that made drafting pay (1.26x ``ar``); so it is opt-in until a rule keeps both.
+
+**A time budget on top** (``invest_share``), the refresh's own version of ``budget="auto"``'s
+question whether a draft is worth its cost: a step's time is paid from a credit that each call
+adds to, ``share x`` the call's seconds, where ``share`` is half of what drafting saves there
+(``(gain - 1) / 2``, ``gain``: ``budget="auto"``'s delivered rate over the AR rate) and at least
+``invest_share`` (3 %), what the refresh may invest while drafting saves nothing. A step the
+schedule calls for waits until the credit covers the last step's time (the first step needs
+none: it is paid back before the next). So where the drafter is not used (``auto`` takes plain
+calls) the refresh costs at most ~3 % of the rollout time, keeping ``auto`` + refresh above
+0.95x ``ar`` however unpredictable the policy's samples, and where drafting pays it may spend
+half of the gain. The credit is capped at ``CREDIT_STEPS`` steps' time (no burst of steps after
+a long call). ``invest_share=None``: no budget.
+
+``every=True`` takes a step after every call (within the budget): the engine's default
+(``drafter_refresh``'s ``schedule="every"``). Measured in the GRPO example (60 steps, Zen 5,
+2026-12-05, before the budget; docs/rl_results.md): the adaptive schedule took 68 steps in 240
+calls and spent 8.5 s on them against 28.6 s for a step after every call in an earlier run, but
+its drafter reached a chain τ of 2.7 over the last 20 steps against 4.0: fewer steps learn less,
+and it was the better drafter that made drafting pay (1.26x ``ar``); so it is opt-in until a
+rule keeps both.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+CREDIT_STEPS = 2   # the budget's credit holds at most this many steps' time
 
 @dataclasses.dataclass
 class RefreshSchedule:
@@ -47,13 +62,18 @@ class RefreshSchedule:
     best: float | None = None
     gap: int = 1              # calls from one step to the next
     wait: int = 0             # calls until the next step
+    invest_share: float | None = 0.03   # the time budget's least share (None: no budget)
+    credit: float = 0.0       # seconds of refresh the budget allows now
+    step_seconds: float = 0.0  # the last step's time (0 before the first)
 
     def __post_init__(self):
         if not (self.rise >= 1.0 and self.fall >= 1.0 and self.max_gap >= 1
-                and 0.0 < self.ema_weight <= 1.0):
+                and 0.0 < self.ema_weight <= 1.0
+                and (self.invest_share is None or 0.0 <= self.invest_share <= 1.0)):
             raise ValueError(f"refresh schedule: rise and fall must be >= 1, max_gap >= 1 and "
-                             f"ema_weight in (0, 1], got rise={self.rise}, fall={self.fall}, "
-                             f"max_gap={self.max_gap}, ema_weight={self.ema_weight}")
+                             f"ema_weight in (0, 1] and invest_share None or in [0, 1], got "
+                             f"rise={self.rise}, fall={self.fall}, max_gap={self.max_gap}, "
+                             f"ema_weight={self.ema_weight}, invest_share={self.invest_share}")
 
     @classmethod
     def of(cls, spec) -> "RefreshSchedule":
@@ -71,11 +91,35 @@ class RefreshSchedule:
                          f"RefreshSchedule or a dict of its settings, got {spec!r}")
 
     def due(self) -> bool:
-        """Whether the call that just ended takes a refresh step (call once per call)."""
-        if self.every:
-            return True
-        self.wait -= 1
-        return self.wait <= 0
+        """Whether the call that just ended takes a refresh step (call once per call, after
+        ``earn``): the schedule calls for one and the budget's credit covers it."""
+        if not self.every:
+            self.wait -= 1
+            if self.wait > 0:
+                return False
+        return self.invest_share is None or self.credit >= self.step_seconds
+
+    def earn(self, call_seconds: float, gain: float | None) -> None:
+        """The budget's credit after a rollout call of ``call_seconds`` whose drafting
+        delivered ``gain`` x the AR rate (module docstring); ``gain`` None: a config that
+        drafts every round whatever it delivers (a fixed budget), whose steps the budget does
+        not hold back."""
+        if self.invest_share is None:
+            return
+        if gain is None:
+            self.credit = max(self.credit, self.step_seconds)
+            return
+        share = max(self.invest_share, 0.5 * (gain - 1.0))
+        credit = self.credit + share * call_seconds
+        if self.step_seconds > 0:
+            credit = min(credit, CREDIT_STEPS * self.step_seconds)
+        self.credit = credit
+
+    def spend(self, seconds: float) -> None:
+        """A step of ``seconds`` was taken: paid from the credit."""
+        self.step_seconds = float(seconds)
+        if self.invest_share is not None:
+            self.credit -= self.step_seconds
 
     def record(self, chain_tau: float) -> str:
         """A step was taken and measured ``chain_tau`` before it: the next gap. Returns what

@@ -17,10 +17,15 @@ completion never holds one).
 Drafter refresh (opt-in, ``drafter_refresh=``): after a ``generate`` call (so per micro-batch
 RLCluster rolls out) one ``DrafterRefresher`` step on that rollout's features (by default
 after every call; ``schedule="adaptive"``: when the ``RefreshSchedule`` says one is due, after
-every call while the drafter's chain τ rises or falls, less often while it is flat), the new
-drafter used from the next call on; ``refresh_log`` holds each step's metrics, wall time and
-memory, ``refreshed`` the last call's (None when it took none), ``tunix_metrics`` hands them
-(and τ) to tunix's metrics logger.
+every call while the drafter's chain τ rises or falls, less often while it is flat; either
+within the schedule's time budget: ~3 % of the rollout time while drafting saves nothing, half
+of what it saves where it does), the new drafter used from the next call on; ``refresh_log``
+holds each step's metrics, wall time and memory, ``refreshed`` the last call's (None when it
+took none), ``tunix_metrics`` hands them (and τ) to tunix's metrics logger.
+
+``budget="auto"`` calls whose carried state would not draft run as plain calls (``ar``, or
+``lookup`` with ``lookup=K``; ``auto_probe``), so a policy that does not draft costs what
+``ar`` does.
 
 Parameters are arguments of one jitted program per ``(DecodeConfig, batch, width)``, so
 ``update_params`` changes the next rollout without compiling anything (``num_compilations``).
@@ -84,7 +89,8 @@ class DominoTreeRollout(BaseRollout):
                  budget: int = 16, node_topk: int = 8, top_m: int = 0, seed: int = 0,
                  return_features: bool = False, prompt_pads: str | None = None,
                  drafter_refresh: bool | dict | None = None, share_prefill: bool = True,
-                 compiler_options: dict | None = None, **decode_options):
+                 plain_calls: bool = True, compiler_options: dict | None = None,
+                 **decode_options):
         """``rollout_actor``: the target (see ``engine_params.target_of``). ``tokenizer``: HF or
         tunix style (only needed for text prompts). ``mesh``/``rollout_config``: accepted for
         tunix's ``RLCluster``; the parameters are used where they are
@@ -107,6 +113,10 @@ class DominoTreeRollout(BaseRollout):
         its caches to the rows repeating it (GRPO hands over G copies of each prompt); the
         samples are the same as without (``decode``'s ``prompt_rows``); one compilation per
         number of distinct prompts. Off on a multi-process mesh.
+        ``plain_calls`` (``budget="auto"`` with a drafter): a call whose carried state would
+        not run the drafter in its first round runs as ``ar`` (or ``lookup`` with
+        ``lookup=K``), its rounds counted towards the next probe (``auto_probe``'s docstring);
+        False: every call runs the drafting program.
         ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
         Other keywords: ``DecodeConfig`` fields (``auto_sizes``, ``auto_costs``,
         ``draft_window``, ...). ``precision`` (one of them): the ``Precision`` the target and
@@ -132,6 +142,7 @@ class DominoTreeRollout(BaseRollout):
                               **decode_options)
         self.return_features = bool(return_features or drafter_refresh)
         self.share_prefill = bool(share_prefill)
+        self.plain_calls = bool(plain_calls)
         # get_per_token_logps' temperature: RLCluster's TRAIN rollout config, as its trainer's
         self._logp_temperature = (None if rollout_config is None
                                   else float(rollout_config.temperature))
@@ -178,17 +189,21 @@ class DominoTreeRollout(BaseRollout):
             self._key, key = jax.random.split(self._key)
         t0 = time.perf_counter()
         rows = place.global_rows(batch.size)
-        state = self.auto_probe.start_state(config, rows)
+        ran = self.auto_probe.call_config(config, rows) if self.plain_calls else config
+        state = self.auto_probe.start_state(ran, rows)
         out, prompt_in, lengths_in = self.programs.decode(
-            self._params, batch, key, state, row_stops_Be, config, place, self.share_prefill)
-        self.auto_probe.carry(config, rows, out.auto_state)
+            self._params, batch, key, state, row_stops_Be, ran, place, self.share_prefill)
+        self.auto_probe.carry_call(config, ran, rows, out)
         self.last = LastRollout(jnp.asarray(prompt_in), jnp.asarray(lengths_in), out,
-                                time.perf_counter() - t0)
+                                time.perf_counter() - t0, plain=ran is not config,
+                                method=ran.method)
         if rc.temperature is not None:
             self._last_temperature = float(rc.temperature)
         self.refreshed = None
-        if self.refresher is not None and self.refresh_schedule.due():
-            self._refresh()
+        if self.refresher is not None:
+            self.refresh_schedule.earn(self.last.seconds, self.auto_probe.gain(config, rows))
+            if self.refresh_schedule.due():
+                self._refresh()
         return rollout_output(  # this process's rows
             place.local(out.tokens), place.local(out.num_tokens),
             place.local(out.logprobs) if rc.return_logprobs else None, stop, row_stops_Be,
@@ -296,6 +311,7 @@ class DominoTreeRollout(BaseRollout):
         probe = self.auto_probe.refresh_probes(float(m["chain_tau_before"]))
         self.update_drafter_params(self.refresher.state, probe=probe)
         trend = self.refresh_schedule.record(float(m["chain_tau_before"]))
+        self.refresh_schedule.spend(m["seconds"])
         self.refreshed = {**m, "step": self.refresher.num_steps, "trend": trend,
                           "next_gap": self.refresh_schedule.gap,
                           "batch": int(self.last.out.tokens.shape[0])}
