@@ -33,9 +33,9 @@ class FakeEngine:
         return {"rollout/tau": (1.5, None)}
 
 
-def _call(seconds, tokens, accepted, rounds, size, refresh=None):
+def _call(seconds, tokens, accepted, rounds, size, refresh=None, plain=False):
     return {"seconds": seconds, "tokens": tokens, "accepted": accepted, "rounds": rounds,
-            "draft_size": size, "refresh": refresh or {}}
+            "draft_size": size, "refresh": refresh or {}, "plain": plain}
 
 
 def _write_rows(path, steps):
@@ -55,7 +55,7 @@ def test_step_log_sums_a_steps_rollout_calls_into_one_row(tmp_path):
     log = grpo_run.StepLog(path, "auto+refresh", [engine])
     metrics = log(["p"] * 4, ["ab", "abcd", "", "abcdef"], [1.0, 0.0, 1.0, 1.0])
     assert metrics == engine.tunix_metrics() and log.step == 1
-    engine.calls = [_call(1.0, 5, 5, 5, 0.0)]   # no refresh: its cells stay empty
+    engine.calls = [_call(1.0, 5, 5, 5, 0.0, plain=True)]   # no refresh: its cells stay empty
     log(["p"] * 2, ["a", "b"], [0.0, 0.0])
     with open(path) as f:
         assert next(csv.reader(f)) == list(grpo_run.ARM_CSV_FIELDS)
@@ -70,6 +70,7 @@ def test_step_log_sums_a_steps_rollout_calls_into_one_row(tmp_path):
         "refresh_s": 0.75, "refresh_loss": 1.5, "refresh_chain_tau_before": pytest.approx(1.3),
         "refresh_temp_bytes": 300.0, "refresh_logits_bytes": 40.0, "completion_len": 3.0,
         "rollout_calls": 2.0, "compiles": 1.0}
+    assert first["plain_calls"] == 0 and second["plain_calls"] == 1
     assert first["step_wall_s"] >= 0 and first["loadavg_1m"] >= 0 and first["time_utc"]
     assert second["step"] == 1 and second["tau"] == 1.0 and second["rollout_calls"] == 1
     assert all(second[k] == "" for k in ("refresh_s", "refresh_loss", "refresh_temp_bytes"))

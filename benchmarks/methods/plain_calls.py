@@ -97,7 +97,3 @@ def main(argv=None):
               f"{np.median(per_call[a]):.3f} |")
     print("plain calls:", {a: arms[a].last.plain for a in not_drafting},
           "compilations:", {a: e.num_compilations for a, e in arms.items()})
-
-
-if __name__ == "__main__":
-    main()
