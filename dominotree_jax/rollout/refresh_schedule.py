@@ -30,10 +30,12 @@ adds to, ``share x`` the call's seconds, where ``share`` is half of what draftin
 ``invest_share`` (3 %), what the refresh may invest while drafting saves nothing. A step the
 schedule calls for waits until the credit covers the last step's time (the first step needs
 none: it is paid back before the next). So where the drafter is not used (``auto`` takes plain
-calls) the refresh costs at most ~3 % of the rollout time, keeping ``auto`` + refresh above
-0.95x ``ar`` however unpredictable the policy's samples, and where drafting pays it may spend
-half of the gain. The credit is capped at ``CREDIT_STEPS`` steps' time (no burst of steps after
-a long call). ``invest_share=None``: no budget.
+calls) the refresh costs at most ~3 % of the rollout time, however unpredictable the policy's
+samples, and where drafting pays it may spend half of the gain, as the policy estimates it (in
+the cost table's AR steps; in the GRPO example's lookup arm on a Zen 4 it promised more than
+drafting delivered, and the refresh spent 6 %: docs/rl_results.md). The credit is capped at
+``CREDIT_STEPS`` steps' time (no burst of steps after a long call). ``invest_share=None``: no
+budget.
 
 ``every=True`` takes a step after every call (within the budget): the engine's default
 (``drafter_refresh``'s ``schedule="every"``). Measured in the GRPO example (60 steps, Zen 5,
