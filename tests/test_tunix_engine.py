@@ -255,7 +255,7 @@ def test_a_call_whose_state_would_not_draft_runs_as_a_plain_call(pair, lookup):
         lookup_cfg = eng.traces[-1]
         assert (lookup_cfg, len(PROMPTS)) in eng._auto_states
         calls = eng.auto_probe.lookup_calls[key]
-        gain = call_gain(lookup_cfg, len(PROMPTS), eng.last.out)
+        gain = call_gain(eng.auto_probe.policy(lookup_cfg, len(PROMPTS)), eng.last.out)
         assert calls.gain == pytest.approx(0.5 * LOOKUP_PAYS + 0.5 * gain) and calls.waited == 0
         calls.gain, calls.gap = 0.5, 3           # lookup-only calls did not pay: ar, then
         ran = []                                 # a lookup-only probe after 3 calls

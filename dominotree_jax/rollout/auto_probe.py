@@ -68,11 +68,10 @@ class LookupCalls:
         self.waited = 0
 
 
-def call_gain(config: DecodeConfig, rows: int, out) -> float:
-    """What an ``auto`` call under ``config`` delivered against ``ar``: committed tokens per AR
-    step of its rounds (each row's round priced at the cost table's verify of its size) x the
-    AR step's cost: 1.0 is ``ar``'s rate."""
-    policy = AutoPolicy(config, rows)
+def call_gain(policy: AutoPolicy, out) -> float:
+    """What an ``auto`` call under ``policy`` (its config and rows) delivered against ``ar``:
+    committed tokens per AR step of its rounds (each row's round priced at the cost table's
+    verify of its size) x the AR step's cost: 1.0 is ``ar``'s rate."""
     sizes_BY = out.draft_sizes               # (jnp: also a multi-process global array)
     ran_BY = sizes_BY >= 0
     index_BY = jnp.searchsorted(jnp.asarray(policy.sizes), jnp.maximum(sizes_BY, 0))
@@ -101,6 +100,14 @@ class AutoProbe:
         self.states: dict[tuple[DecodeConfig, int], AutoState] = {}
         self.probed_tau: float | None = None
         self.lookup_calls: dict[tuple[DecodeConfig, int], LookupCalls] = {}
+        self._policies: dict[tuple[DecodeConfig, int], AutoPolicy] = {}
+
+    def policy(self, config: DecodeConfig, rows: int) -> AutoPolicy:
+        """The ``AutoPolicy`` of ``rows`` rows under ``config``, made once."""
+        key = (config, rows)
+        if key not in self._policies:
+            self._policies[key] = AutoPolicy(config, rows)
+        return self._policies[key]
 
     def start_state(self, config: DecodeConfig, rows: int) -> AutoState | None:
         """The state a decode of ``rows`` rows under ``config`` starts from (None unless
@@ -125,7 +132,7 @@ class AutoProbe:
         carried = self.states.get((config, rows))
         if not (config.is_auto and config.uses_drafter) or carried is None:
             return config
-        policy = AutoPolicy(config, rows)
+        policy = self.policy(config, rows)
         if bool(policy.wants_draft(policy.init(carried))):
             return config
         calls = self.lookup_calls.get((config, rows), LookupCalls())
@@ -142,7 +149,7 @@ class AutoProbe:
         if config.lookup:   # the plain calls' record: a lookup-only call, or one more ar call
             calls = self.lookup_calls.setdefault((config, rows), LookupCalls())
             if ran.is_auto:
-                calls.record(call_gain(ran, rows, out))
+                calls.record(call_gain(self.policy(ran, rows), out))
             else:
                 calls.waited += 1
         st = self.states[(config, rows)]
@@ -162,7 +169,7 @@ class AutoProbe:
         carried = self.states.get((config, rows))
         if carried is None:
             return 1.0
-        return float(np.asarray(carried.rate)) / AutoPolicy(config, rows).ar_rate
+        return float(np.asarray(carried.rate)) / self.policy(config, rows).ar_rate
 
     def probe_all(self) -> None:
         """A new drafter: every carried state drafts its next round as a probe."""
