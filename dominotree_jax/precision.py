@@ -162,6 +162,18 @@ class Precision:
         """The target's precision alone (drafter = target), e.g. for ``load_target``."""
         return Precision(self.target)
 
+    def narrowed(self, target_params, drafter_params=None):
+        """``(target, drafter)`` parameters as this precision holds them: a model held in
+        float32 (a trainer's master copy) cast down to a 16-bit precision asked for, any other
+        model unchanged (``check_params`` refuses what still differs: a cast up would claim
+        bits the weights do not have)."""
+        def held(params, want):
+            if params is None or want == "float32" or \
+                    params_precision(params, "parameters") != "float32":
+                return params
+            return cast_params(params, want)
+        return held(target_params, self.target), held(drafter_params, self.drafter)
+
     def check_params(self, target_params, drafter_params=None, what: str = "precision"):
         """Refuse, naming both, parameters whose dtypes are not this precision's (target, and
         drafter when given)."""

@@ -31,8 +31,11 @@ refused.
 
 ``--speed`` times ``ar`` and ``auto`` rollouts of the same prompts with the same policy weights
 (the initial ones, then each policy saved by ``--save-dir``) in one process, alternating, for a
-load-free tokens/s comparison (run it with nothing else on the machine); ``--arms
-ar,ar@bfloat16`` adds arms whose engine holds the weights in bf16.
+load-free tokens/s comparison (run it with nothing else on the machine). Any arm named
+``<arm>@bfloat16`` (``--arms auto+refresh@bfloat16 --beside-ar``, or ``--speed DIR --arms
+ar,ar@bfloat16``) rolls out from a bf16 copy of the policy and drafter while the trainer and the
+drafter refresh keep float32 (its ``ar`` beside it in bf16 too), ``auto`` on the bf16 calibrated
+costs.
 ``--model tiny`` runs everything on a tiny random model (``tests/test_rl_example.py``).
 """
 
@@ -41,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import os
 import random
 import re
 
@@ -48,7 +52,8 @@ import numpy as np
 
 from dominotree_jax.rollout.grpo_report import write_report
 from dominotree_jax.rollout.grpo_run import ArmSettings, run_arms
-from dominotree_jax.rollout.grpo_speed import compare_rollout_speed
+from dominotree_jax.decoding.costs import load_calibrated_costs
+from dominotree_jax.rollout.grpo_speed import PRECISION_MARK, arm_precision, compare_rollout_speed
 
 ARMS = ("ar", "auto", "auto+refresh", "auto+lookup", "auto+refresh+lookup")
 TRAIN_ARMS = ARMS[:3]   # the arms a plain run trains (the +lookup ones: --arms)
@@ -62,6 +67,23 @@ FAST_XLA = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_pas
 SUFFIX = " Answer with only the number."
 NAMES = ("Mia", "Tom", "Ana", "Sam", "Lea", "Ben", "Zoe", "Max")
 ITEMS = ("apples", "pencils", "stickers", "marbles", "books", "cookies")
+
+
+def check_arm(arm: str) -> str:
+    """The arm an ``<arm>[@precision]`` name runs, refused by name when unknown."""
+    base = arm.split(PRECISION_MARK, 1)[0]
+    if base not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}: one of {ARMS}, each optionally "
+                         f"{PRECISION_MARK}bfloat16")
+    arm_precision(arm)
+    return base
+
+
+def arms_in(out: str) -> list[str]:
+    """The arms with a CSV in ``out``, in ``ARMS`` order, each before its ``@precision`` twins."""
+    found = [f[:-4] for f in os.listdir(out) if f.endswith(".csv")]
+    arms = [a for a in found if a.split(PRECISION_MARK, 1)[0] in ARMS]
+    return sorted(arms, key=lambda a: (ARMS.index(a.split(PRECISION_MARK, 1)[0]), a))
 
 
 def refresh_schedule(kind: str, budget: str):
@@ -149,6 +171,7 @@ class Task:
             self.dcfg, self.dparams = pair.drafter_config, pair.drafter_params
             self.stop_ids = list(pair.target.eos_ids)
             self.auto = pair.config("dominotree", budget="auto")   # calibrated costs, if any
+            self.costs_of = functools.partial(load_calibrated_costs, self.tcfg, self.dcfg)
             self.as_prompt = functools.partial(_chat_text, tok)
             self.prompt_width, self.compiler_options = 64, None
         elif kind == "tiny":
@@ -174,6 +197,7 @@ class Task:
                                      auto_sizes=(0, 2, 4, 6))
             self.as_prompt = lambda text: text[:40]   # short prompts for the tiny test
             self.prompt_width, self.compiler_options = 64, FAST_XLA
+            self.costs_of = None   # the default cost model in every precision
         else:
             raise ValueError(f"unknown model {kind!r}: smollm2 or tiny")
         self.pad_id = int(self.tokenizer.pad_token_id if hasattr(self.tokenizer, "pad_token_id")
@@ -182,14 +206,20 @@ class Task:
                            else self.tokenizer.pad_id()))
 
     def engine_options(self, arm: str, refresh: dict) -> dict:
-        """``DominoTreeRollout`` keyword arguments of an arm."""
+        """``DominoTreeRollout`` keyword arguments of an arm; ``<arm>@bfloat16``: that arm with
+        the engine holding a bf16 copy of the policy and drafter (the trainer and the drafter
+        refresh keep float32), ``auto`` on that precision's calibrated costs."""
+        precision = arm_precision(arm)
+        arm = check_arm(arm)
+        held = {} if precision is None else {"precision": precision}
         if arm == "ar":
-            return dict(method="ar")
+            return dict(method="ar", **held)
         a = self.auto
-        if arm not in ARMS:
-            raise ValueError(f"unknown arm {arm!r}: one of {ARMS}")
+        costs = a.auto_costs
+        if precision is not None and self.costs_of is not None:
+            costs = self.costs_of(precision)
         opts = dict(method="dominotree", budget="auto", node_topk=a.node_topk, top_m=a.top_m,
-                    auto_costs=a.auto_costs, auto_sizes=a.auto_sizes)
+                    auto_costs=costs, auto_sizes=a.auto_sizes, **held)
         if "+refresh" in arm:
             opts["drafter_refresh"] = dict(refresh)
         if arm.endswith("+lookup"):
@@ -210,8 +240,7 @@ def main(arms=TRAIN_ARMS, out: str = "benchmarks/results/rl", save_dir: str | No
     other than ``DEFAULTS``'; ``beside_ar``: time an ``ar`` engine beside each drafting arm);
     returns ``{arm: its CSV rows after this run (0: skipped)}``."""
     for arm in arms:
-        if arm not in ARMS:
-            raise ValueError(f"unknown arm {arm!r}: one of {ARMS}")
+        check_arm(arm)
     s = dataclasses.replace(DEFAULTS, **settings)
     return run_arms(lambda: Task(s.model), arms, s, out,
                     lambda task: batches(s.seed, s.steps, s.prompts, task.as_prompt), rewards,
@@ -273,7 +302,7 @@ if __name__ == "__main__":
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     if args.report:
-        print(write_report(args.report, ARMS))
+        print(write_report(args.report, arms_in(args.report)))
     elif args.speed:
         speed(args.speed, args.model, [tuple(p.split("=", 1)) for p in args.policy],
               args.reps, args.prompts, args.group, args.max_new, args.temperature,

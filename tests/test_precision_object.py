@@ -259,6 +259,16 @@ def test_the_rollout_engine_reads_the_precision_of_its_parameters():
     with pytest.raises(PrecisionError, match="target parameters are bfloat16 but the "
                                              "rollout's precision is float32"):
         DominoTreeRollout(rollout_actor=half, method="ar", precision="float32")
+    # a float32 master copy rolls out from a copy cast to the 16-bit precision asked for
+    full = dj.Target(tcfg, params["target"])
+    engine = DominoTreeRollout(rollout_actor=full, method="ar", precision="bfloat16",
+                               drafter_config=dcfg, drafter_params=params["drafter"])
+    assert engine.precision == Precision("bfloat16")
+    assert _dtypes(engine.params) == {"bfloat16"} and _dtypes(params) == {"float32"}
+    exact = DominoTreeRollout(rollout_actor=full, method="ar", precision="float32+bfloat16",
+                              drafter_config=dcfg, drafter_params=params["drafter"])
+    assert _dtypes(exact.params["target"]) == {"float32"}
+    assert _dtypes(exact.params["drafter"]) == {"bfloat16"}
 
 
 # ------------------------------------------------------------------ the trainer reads it

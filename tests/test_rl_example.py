@@ -116,6 +116,64 @@ def test_grpo_example_runs_tunix_learner_and_resumes(tmp_path):
     assert (tmp_path / "grpo.png").stat().st_size > 0
 
 
+def _dtypes(tree) -> set[str]:
+    return {str(x.dtype) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.floating)}
+
+
+def test_a_bf16_arm_rolls_out_from_a_bf16_copy_while_training_stays_float32(tmp_path,
+                                                                             monkeypatch):
+    """``auto+refresh@bfloat16`` with ``beside_ar`` (tiny model, 2 GRPO steps): the engine and
+    the ``ar`` engine beside it hold bf16 copies of the policy (tunix hands float32 updates,
+    cast on the way in) and the drafter; the trainer's policy and the refresh's drafter stay
+    float32, and the engine decodes with the refresh's drafter cast to bf16. The ``ar`` engine
+    runs after the arm's and before it in turn. The report finds the arm's CSV by its name."""
+    pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
+    grpo = _load_grpo()
+    engines, handed = [], []
+    generate, update = grpo_run.LoggedRollout.generate, grpo_run.LoggedRollout.update_params
+
+    def record_generate(self, *a, **kw):
+        engines.append(self)
+        return generate(self, *a, **kw)
+
+    def record_update(self, params, filter_types=None):
+        handed.append(_dtypes(params))
+        return update(self, params, filter_types)
+
+    from dominotree_jax.rollout.tunix_engine import DominoTreeRollout
+    order, decode = [], DominoTreeRollout.generate
+
+    def record_order(self, *a, **kw):
+        order.append("arm" if isinstance(self, grpo_run.LoggedRollout) else "ar")
+        return decode(self, *a, **kw)
+
+    monkeypatch.setattr(grpo_run.LoggedRollout, "generate", record_generate)
+    monkeypatch.setattr(grpo_run.LoggedRollout, "update_params", record_update)
+    monkeypatch.setattr(DominoTreeRollout, "generate", record_order)
+    arm = "auto+refresh@bfloat16"
+    assert grpo.main(model="tiny", arms=(arm,), steps=2, prompts=2, group=2, max_new=6,
+                     refresh=NO_BUDGET, out=str(tmp_path), beside_ar=True) == {arm: 2}
+    eng = engines[-1]
+    assert all(e is eng for e in engines)
+    assert handed and all(h == {"float32"} for h in handed)   # tunix's float32 policy
+    # the ar engine runs after the arm's in a step's first call, before it in its second
+    assert order == ["arm", "ar", "ar", "arm"] * 2
+    assert _dtypes(eng.params["target"]) == _dtypes(eng.params["drafter"]) == {"bfloat16"}
+    assert _dtypes(eng.beside.params["target"]) == {"bfloat16"}
+    assert str(eng.precision) == str(eng.beside.precision) == "bfloat16"
+    assert eng.refresher.num_steps == 4 and _dtypes(eng.refresher.flat) == {"float32"}
+    for held, master in zip(jax.tree.leaves(eng.params["drafter"]),
+                            jax.tree.leaves(eng.refresher.state)):
+        np.testing.assert_array_equal(np.asarray(held), np.asarray(master.astype(held.dtype)))
+    rows = read_arm_csv(str(tmp_path / f"{arm}.csv"))
+    assert [r["step"] for r in rows] == [0, 1]
+    assert all(r["beside_ar_tokens"] > 0 and r["refresh_s"] > 0 for r in rows)
+    assert grpo.arms_in(str(tmp_path)) == [arm]
+    assert write_report(str(tmp_path), [arm]).splitlines()[2].startswith(f"| {arm} | 2 | ")
+    with pytest.raises(ValueError, match="unknown precision 'x'"):
+        grpo.main(model="tiny", arms=("auto@x",), out=str(tmp_path))
+
+
 COMPARED = ("reward_mean", "rollout_tokens", "tau", "draft_size", "completion_len",
             "refresh_steps", "refresh_loss", "refresh_chain_tau_before", "rollout_calls")
 
@@ -220,7 +278,7 @@ def test_speed_times_ar_and_auto_per_policy_with_its_refreshed_drafter(tmp_path,
 
 
 def test_speed_arms_in_another_precision_hold_their_weights_so(tmp_path, monkeypatch):
-    """``--speed`` arm ``<arm>@bfloat16``: that arm's engine gets the policy (and each policy
+    """``--speed`` arm ``<arm>@bfloat16``: that arm's engine holds the policy (and each policy
     loaded later) cast to bf16, the plain arm the task's float32; unknown precisions are
     refused by name."""
     pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
@@ -234,8 +292,8 @@ def test_speed_arms_in_another_precision_hold_their_weights_so(tmp_path, monkeyp
     original = DominoTreeRollout.update_params
 
     def record(self, params):
-        seen.append({str(x.dtype) for x in jax.tree.leaves(params)})
-        return original(self, params)
+        original(self, params)   # handed the float32 policy, holds it in its precision
+        seen.append({str(x.dtype) for x in jax.tree.leaves(self.params["target"])})
 
     monkeypatch.setattr(DominoTreeRollout, "update_params", record)
     rows = grpo.speed(str(tmp_path), model="tiny", reps=1, prompts=2, group=2, max_new=6,

@@ -301,6 +301,22 @@ def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):
     (key, st), = ref._auto_states.items()
     ref.generate(PROMPTS, rcfg())
     assert ref._probed_tau == 1e9 and auto_probe.REPROBE_GAIN > 1
+    # the gain is read on the schedule's moving average: a lone chain τ 15 % up (noise) does
+    # not probe, a drafter whose τ keeps rising does
+    ref._probed_tau = ref.refresh_schedule.ema = first
+    ref.refresh_schedule.invest_share = None      # a step after every call (no wall time)
+    step = ref.refresher.step
+    taus = iter([1.15 * first, 0.9 * first] + [1.5 * first] * 3)
+
+    def fake_step(*a):
+        return {**step(*a), "chain_tau_before": next(taus)}
+
+    ref.refresher.step = fake_step
+    probed = []
+    for _ in range(5):
+        ref.generate(PROMPTS, rcfg())
+        probed.append(ref._probed_tau != first)
+    assert probed == [False, False, True, True, True]   # EMA 1.04, 1.00, 1.13 x first
 
 
 def test_the_draft_head_is_made_once_per_parameter_values():

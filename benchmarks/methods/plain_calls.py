@@ -4,7 +4,7 @@ most 48 tokens), side by side in one process, every prompt decoded by every arm 
 same key; the ``auto`` arms' states are set each call to a policy that does not draft (delivered
 rate 0, no probe due), as in rollouts whose drafter does not pay.
 
-    python -m benchmarks methods plain_calls --prompts 6 --reps 3
+    python -m benchmarks methods plain_calls --prompts 6 --reps 3 [--precision bfloat16]
 
 Arms: ``ar``; ``ar`` with the drafter's features (what a plain call runs when the refresh is
 on); ``auto``'s drafting program that does not draft (``plain_calls=False``); ``auto`` with
@@ -41,6 +41,9 @@ def main(argv=None):
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--reps", type=int, default=3, help="timed reps after a compiling one")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--precision", default=None, choices=("bfloat16",),
+                    help="every engine holds a copy of the weights in this precision (the "
+                         "GRPO example's <arm>@bfloat16); default: float32")
     args = ap.parse_args(argv)
 
     from dominotree_jax.rollout import DominoTreeRollout, TunixCausalLM
@@ -52,13 +55,15 @@ def main(argv=None):
     texts = [task.as_prompt(grpo.word_problem(rng)[0] + grpo.SUFFIX)
              for _ in range(args.prompts)]
     rc = sampling_config(task, 48, 0.9)
-    auto = task.engine_options("auto", {})
+    auto = task.engine_options("auto" if args.precision is None else f"auto@{args.precision}",
+                               {})
+    held = {} if args.precision is None else {"precision": args.precision}
 
     def engine(**kw):
         return DominoTreeRollout(
             rollout_actor=TunixCausalLM.from_params(task.tcfg, task.tparams, task.pad_id),
             tokenizer=task.tokenizer, drafter_config=task.dcfg, drafter_params=task.dparams,
-            **kw)
+            **{**held, **kw})
 
     arms = {"ar": engine(method="ar"),
             "ar + features": engine(method="ar", return_features=True),
@@ -70,7 +75,8 @@ def main(argv=None):
     not_drafting = ("auto, drafting program", "auto, plain calls")
     seconds = {a: [] for a in arms}
     tokens = {a: [] for a in arms}
-    print(f"# {cpu_model()}; {args.prompts} prompts x 4 samples, T 0.9, <= 48 tokens")
+    print(f"# {cpu_model()}; {args.prompts} prompts x 4 samples, T 0.9, <= 48 tokens, "
+          f"{args.precision or 'float32'}")
     for rep in range(args.reps + 1):
         names = list(arms)
         order = names[rep % len(names):] + names[:rep % len(names)]

@@ -5,9 +5,12 @@ drafter is probed.
 delivered, rounds until the next probe); the engine carries one per ``(DecodeConfig, rows)``,
 so each rollout starts from what the previous ones measured. A new drafter makes every state
 probe its next round (``auto_size.probe_next``) instead of waiting out a gap learned with the old
-one; the drafter refresh, which brings a new drafter after every rollout, probes only when its
-teacher-forced chain τ has risen by ``REPROBE_GAIN`` since the last probe (a probe each time
-would cost a drafted round each rollout, whatever it found).
+one; the drafter refresh, which brings a new drafter after every rollout, probes only when the
+moving average of its teacher-forced chain τ (``RefreshSchedule.ema``) has risen by
+``REPROBE_GAIN`` since the last probe (a probe each time would cost a drafted round each
+rollout, whatever it found; one call's chain τ wanders ~15 %, so the raw value rose 10 % by
+chance about every other refresh step: in a bf16 GRPO run on a Zen 4 ~1 call in 4 ran the
+drafting program while the drafter never paid, and such a call cost ~17 % over ``ar``).
 
 A call whose carried state would not run the drafter in its first round (``rate`` below the AR
 rate and no probe due: ``AutoPolicy.wants_draft``) runs as a *plain call*: ``plain_config``,
@@ -176,9 +179,9 @@ class AutoProbe:
         self.states = {k: probe_next(v) for k, v in self.states.items()}
 
     def refresh_probes(self, chain_tau: float) -> bool:
-        """Whether a refreshed drafter whose teacher-forced chain τ is ``chain_tau`` is probed:
-        at the first refresh, then whenever τ reached ``REPROBE_GAIN`` times the τ of the last
-        probe (which then becomes ``chain_tau``)."""
+        """Whether a refreshed drafter whose teacher-forced chain τ (the engine passes its moving
+        average) is ``chain_tau`` is probed: at the first refresh, then whenever τ reached
+        ``REPROBE_GAIN`` times the τ of the last probe (which then becomes ``chain_tau``)."""
         probe = self.probed_tau is None or chain_tau >= REPROBE_GAIN * self.probed_tau
         if probe:
             self.probed_tau = chain_tau

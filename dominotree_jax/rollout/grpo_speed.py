@@ -13,7 +13,7 @@ from typing import Callable
 import jax.numpy as jnp
 import numpy as np
 
-from dominotree_jax.precision import PRECISIONS, cast_params
+from dominotree_jax.precision import PRECISIONS
 from dominotree_jax.rollout.grpo_task import ArmTask, sampling_config
 from dominotree_jax.rollout.tunix_engine import DominoTreeRollout
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
@@ -37,8 +37,8 @@ PRECISION_MARK = "@"   # "auto@bfloat16": an arm whose engine holds the weights 
 
 
 def arm_precision(arm: str) -> str | None:
-    """The precision an ``--speed`` arm's engine holds the policy (and drafter) in: the text
-    after ``@`` (``precision.PRECISIONS``), else None (the task's own)."""
+    """The precision an arm's engine holds the policy (and drafter) in: the text after ``@``
+    (``precision.PRECISIONS``), else None (the task's own)."""
     if PRECISION_MARK not in arm:
         return None
     name = arm.split(PRECISION_MARK, 1)[1]
@@ -59,26 +59,18 @@ def compare_rollout_speed(task: ArmTask, batch: dict, reward_fn: Callable, out: 
     initial one). ``reward_fn`` is tunix's (``prompts``, ``completions``, the batch's other
     fields). Returns the rows, also appended to ``<out>/speed.csv``; ``first_used_sizes``
     lists the draft sizes an engine ran for the first time in that rep (``FIRST_USE``). An
-    arm ``<arm>@bfloat16`` runs that arm with the weights cast to bf16 (``arm_precision``;
-    its ``auto`` on the default cost model)."""
+    arm ``<arm>@bfloat16`` is the task's ``engine_options`` for it: that arm with the engine
+    holding a bf16 copy of the weights (``arm_precision``)."""
     texts = [p for p in batch["prompts"] for _ in range(group)]
-    precisions = {arm: arm_precision(arm) for arm in arms}
-
-    def held(tree, arm):   # parameters as an arm's engine holds them
-        return tree if precisions[arm] is None else cast_params(tree, precisions[arm])
-
+    for arm in arms:
+        arm_precision(arm)   # unknown precisions refused before anything is built
     fields = {k: [v for v in vs for _ in range(group)] for k, vs in batch.items()
               if k != "prompts"}
     rc = sampling_config(task, max_new, temperature)
-    options = {arm: task.engine_options(arm.split(PRECISION_MARK)[0], {}) for arm in arms}
-    for arm, opts in options.items():
-        if precisions[arm] is not None and "auto_costs" in opts:
-            opts["auto_costs"] = None   # the task's costs are its own precision's: the model's
+    options = {arm: task.engine_options(arm, {}) for arm in arms}
     engines = {arm: DominoTreeRollout(
-        rollout_actor=TunixCausalLM.from_params(task.tcfg, held(task.tparams, arm),
-                                                task.pad_id),
-        tokenizer=task.tokenizer, drafter_config=task.dcfg,
-        drafter_params=held(task.dparams, arm),
+        rollout_actor=TunixCausalLM.from_params(task.tcfg, task.tparams, task.pad_id),
+        tokenizer=task.tokenizer, drafter_config=task.dcfg, drafter_params=task.dparams,
         compiler_options=task.compiler_options, **opts) for arm, opts in options.items()}
     drafting = [arm for arm, opts in options.items() if opts.get("method") != "ar"]
     seen = {arm: set() for arm in arms}   # draft sizes each engine has run (FIRST_USE)
@@ -88,13 +80,13 @@ def compare_rollout_speed(task: ArmTask, batch: dict, reward_fn: Callable, out: 
         if path is not None:
             tparams = load_flat(task.tparams, path)
             for arm, eng in engines.items():
-                eng.update_params(held(tparams, arm))
+                eng.update_params(tparams)   # (cast to the engine's precision)
             # a refreshed arm's drafter, saved beside its policy (else the initial one)
             dpath = path.replace("_policy.npz", "_drafter.npz")
             dparams = (load_flat(task.dparams, dpath) if dpath != path and os.path.exists(dpath)
                        else task.dparams)
             for arm in drafting:
-                engines[arm].update_drafter_params(held(dparams, arm))
+                engines[arm].update_drafter_params(dparams)
         for rep in range(reps + 1):
             for arm, eng in engines.items():
                 seconds = tokens = accepted = rounds = 0

@@ -22,7 +22,9 @@ class ArmTask(Protocol):
 
     def engine_options(self, arm: str, refresh: dict) -> dict:
         """``DominoTreeRollout`` keyword arguments of ``arm`` (``refresh``: the
-        ``drafter_refresh`` options of an arm that refreshes its drafter)."""
+        ``drafter_refresh`` options of an arm that refreshes its drafter). ``<arm>@<precision>``
+        (``grpo_speed.arm_precision``): that arm with ``precision=`` the engine holds the
+        weights in (the engine casts the float32 policy and drafter it is given)."""
 
 
 def sampling_config(task: ArmTask, max_new: int, temperature: float) -> RolloutConfig:

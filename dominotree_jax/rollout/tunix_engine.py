@@ -120,9 +120,11 @@ class DominoTreeRollout(BaseRollout):
         ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
         Other keywords: ``DecodeConfig`` fields (``auto_sizes``, ``auto_costs``,
         ``draft_window``, ...). ``precision`` (one of them): the ``Precision`` the target and
-        drafter parameters are held in, default: read from them (``self.precision``); every
-        rollout's config carries it, so parameters handed over in another precision are
-        refused by name (``update_params`` casts to it)."""
+        drafter parameters are held in, default: read from them (``self.precision``). A
+        16-bit precision with float32 parameters (a trainer's master copy) rolls out from a
+        copy cast to it, while the drafter refresh trains the float32 drafter and hands the
+        engine its cast; a float32 precision with 16-bit parameters is refused by name.
+        ``update_params`` casts to it."""
         if rollout_actor is None:
             raise ValueError("DominoTreeRollout needs rollout_actor (the target model)")
         self.tcfg, params = target_of(rollout_actor)
@@ -130,13 +132,14 @@ class DominoTreeRollout(BaseRollout):
         self._model_pad = rollout_actor.pad_id if isinstance(rollout_actor, TunixCausalLM) \
             else None
         self.dcfg = drafter_config
-        self._params = {"target": without_explicit_axes(params),
-                        "drafter": without_explicit_axes(drafter_params)}
-        self._tok = None if tokenizer is None else RolloutTokenizer(tokenizer)
         precision = decode_options.pop("precision", None)
         self.precision = (Precision.of_params(params, drafter_params) if precision is None
                           else Precision.of(precision))
-        self.precision.check_params(params, drafter_params, what="rollout's precision")
+        held, held_drafter = self.precision.narrowed(params, drafter_params)
+        self.precision.check_params(held, held_drafter, what="rollout's precision")
+        self._params = {"target": without_explicit_axes(held),
+                        "drafter": without_explicit_axes(held_drafter)}
+        self._tok = None if tokenizer is None else RolloutTokenizer(tokenizer)
         self._settings = dict(drafter=drafter_config, method=method, budget=budget,
                               node_topk=node_topk, top_m=top_m, precision=self.precision,
                               **decode_options)
@@ -308,9 +311,10 @@ class DominoTreeRollout(BaseRollout):
         drafter from the next ``generate`` on (probed per ``auto_probe.REPROBE_GAIN``)."""
         self._key, sub = jax.random.split(self._key)
         m = self.refresher.step(self._params["target"], self.last, sub)
-        probe = self.auto_probe.refresh_probes(float(m["chain_tau_before"]))
-        self.update_drafter_params(self.refresher.state, probe=probe)
         trend = self.refresh_schedule.record(float(m["chain_tau_before"]))
+        # probed on the moving average: one call's chain τ is too noisy (~15 %) to call a gain
+        probe = self.auto_probe.refresh_probes(self.refresh_schedule.ema)
+        self.update_drafter_params(self.refresher.state, probe=probe)
         self.refresh_schedule.spend(m["seconds"])
         self.refreshed = {**m, "step": self.refresher.num_steps, "trend": trend,
                           "next_gap": self.refresh_schedule.gap,
