@@ -22,8 +22,8 @@ A results directory ``out`` holds:
   an ``ar`` engine that rolled out the same prompts with the same policy, key and sampling
   beside the arm's engine (``LoggedRollout``: after it and before it in turn): the arm's speed
   against ``ar`` on the arm's own policy at every step, which two arms' runs cannot give once
-  their policies part; and how
-  many of the step's calls ran as plain calls (``auto_probe``: the policy would not draft).
+  their policies part; and how many of the step's calls ran as plain calls (``auto_probe``: the
+  policy would not draft).
 - ``checkpoints/<arm>/``: tunix's own checkpoints (orbax: the policy and its AdamW state, every
   ``ckpt_every`` steps and at the end; the newest ``ckpt_keep`` kept) and beside them
   ``engine/<step>.pkl``, the engine state tunix does not know about (``rollout.checkpoints``:
