@@ -171,7 +171,6 @@ class Task:
             self.dcfg, self.dparams = pair.drafter_config, pair.drafter_params
             self.stop_ids = list(pair.target.eos_ids)
             self.auto = pair.config("dominotree", budget="auto")   # calibrated costs, if any
-            self.costs_of = functools.partial(load_calibrated_costs, self.tcfg, self.dcfg)
             self.as_prompt = functools.partial(_chat_text, tok)
             self.prompt_width, self.compiler_options = 64, None
         elif kind == "tiny":
@@ -197,7 +196,6 @@ class Task:
                                      auto_sizes=(0, 2, 4, 6))
             self.as_prompt = lambda text: text[:40]   # short prompts for the tiny test
             self.prompt_width, self.compiler_options = 64, FAST_XLA
-            self.costs_of = None   # the default cost model in every precision
         else:
             raise ValueError(f"unknown model {kind!r}: smollm2 or tiny")
         self.pad_id = int(self.tokenizer.pad_token_id if hasattr(self.tokenizer, "pad_token_id")
@@ -216,8 +214,8 @@ class Task:
             return dict(method="ar", **held)
         a = self.auto
         costs = a.auto_costs
-        if precision is not None and self.costs_of is not None:
-            costs = self.costs_of(precision)
+        if precision is not None:
+            costs = load_calibrated_costs(self.tcfg, self.dcfg, precision=precision)
         opts = dict(method="dominotree", budget="auto", node_topk=a.node_topk, top_m=a.top_m,
                     auto_costs=costs, auto_sizes=a.auto_sizes, **held)
         if "+refresh" in arm:

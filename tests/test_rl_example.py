@@ -174,6 +174,31 @@ def test_a_bf16_arm_rolls_out_from_a_bf16_copy_while_training_stays_float32(tmp_
         grpo.main(model="tiny", arms=("auto@x",), out=str(tmp_path))
 
 
+def test_an_arm_in_another_precision_reads_that_precisions_calibrated_costs(tmp_path,
+                                                                            monkeypatch):
+    """``engine_options("auto@bfloat16")``: ``precision="bfloat16"`` and ``auto`` on the cost
+    file's bf16 entry for the task's pair (the float32 entry for ``auto``)."""
+    from dominotree_jax.decoding import costs
+    grpo = _load_grpo()
+    task = grpo.Task("tiny")
+    path = str(tmp_path / "costs.json")
+    monkeypatch.setenv(costs.COSTS_ENV, path)
+    half = (costs.CostTable(batch=4, verify=((1, 1.0), (3, 1.5), (5, 1.75), (9, 2.0),
+                                             (17, 2.5)),
+                            draft=tuple((m, 0.7) for m, _ in costs.default_draft(4))),)
+    costs.save_costs(task.tcfg, task.dcfg, half, path, precision="bfloat16")
+    def tables(opts):
+        return [(t.batch, t.verify, dict(t.draft)) for t in opts["auto_costs"]]
+
+    opts = task.engine_options("auto@bfloat16", {})
+    assert opts["precision"] == "bfloat16"
+    assert tables(opts) == [(4, half[0].verify, dict(half[0].draft))]
+    assert all(t.source == path for t in opts["auto_costs"])
+    assert tables(task.engine_options("auto", {})) != tables(opts)
+    assert "precision" not in task.engine_options("auto", {})
+    assert task.engine_options("ar@bfloat16", {}) == {"method": "ar", "precision": "bfloat16"}
+
+
 COMPARED = ("reward_mean", "rollout_tokens", "tau", "draft_size", "completion_len",
             "refresh_steps", "refresh_loss", "refresh_chain_tau_before", "rollout_calls")
 
