@@ -24,7 +24,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.model.cache import KVCache, KVRows, gather_rows, view_layer, write_layer
+from dominotree_jax.model.cache import (KVCache, KVRows, gather_rows, value_dtype, view_layer,
+                                        write_layer)
 from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend,
                                          attend_cached, matmul_t, rope_cos_sin, rope_inv_freq)
 from dominotree_jax.precision import (ACTIVATION_DTYPE, float32_view, params_precision,
@@ -118,9 +119,8 @@ class TargetModel(nnx.Module):
             # the pre-write cache made XLA copy every layer's cache to keep the old value.
             cache_k = write_layer(cache_k, k, write_start_B)
             cache_v = write_layer(cache_v, v, write_start_B)
-            kc, vc = view_layer(cache_k), view_layer(cache_v)
-            q, k, v = _kv_operands(q, k, v, kc.dtype)
-            return (attend_cached(q, k, v, block_mask_BTT, kc, vc, prefix_B,
+            q, k, v = _kv_operands(q, k, v, value_dtype(cache_k.dtype))
+            return (attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
                                   mode=self.cfg.attention_impl), cache_k, cache_v)
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
 
@@ -142,11 +142,11 @@ class TargetModel(nnx.Module):
         def attn(i, q, k, v, cache_k, cache_v):
             cache_k = write_layer(cache_k, k, write_start_B)
             cache_v = write_layer(cache_v, v, write_start_B)
-            kc, vc = view_layer(cache_k), view_layer(cache_v)
-            q, k, v = _kv_operands(q, k, v, kc.dtype)
+            q, k, v = _kv_operands(q, k, v, value_dtype(cache_k.dtype))
             outs = [attend_cached(q[g * R:(g + 1) * R], k[g * R:(g + 1) * R],
                                   v[g * R:(g + 1) * R], block_mask_BTT[g * R:(g + 1) * R],
-                                  kc[g * R:(g + 1) * R, :, :w], vc[g * R:(g + 1) * R, :, :w],
+                                  cache_k[g * R:(g + 1) * R, :, :w],
+                                  cache_v[g * R:(g + 1) * R, :, :w],
                                   prefix_B[g * R:(g + 1) * R], mode="dense", fused=fused)
                     for g, w in enumerate(widths)]
             return jnp.concatenate(outs, axis=0), cache_k, cache_v
@@ -159,9 +159,8 @@ class TargetModel(nnx.Module):
         (a cache only read inside a ``lax.switch`` branch is not copied; one updated there is
         copied whole by XLA)."""
         def attn(i, q, k, v, cache_k, cache_v):
-            kc, vc = view_layer(cache_k), view_layer(cache_v)
-            q, k, v = _kv_operands(q, k, v, kc.dtype)
-            out = attend_cached(q, k, v, block_mask_BTT, kc, vc, prefix_B,
+            q, k, v = _kv_operands(q, k, v, value_dtype(cache_k.dtype))
+            out = attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
                                 mode=self.cfg.attention_impl)
             return out, cache_k, cache_v
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
