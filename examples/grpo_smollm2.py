@@ -283,6 +283,9 @@ if __name__ == "__main__":
                     help="the refresh's least share of the rollout time (its time budget; "
                          "half of what drafting saves where it does), or 'none': steps as the "
                          "schedule says (rollout/refresh_schedule.py)")
+    ap.add_argument("--no-call-clock", dest="call_clock", action="store_false",
+                    help="auto decides from its cost table alone, not also from its calls' "
+                         "measured speed (rollout/auto_probe.py; reruns then choose alike)")
     ap.add_argument("--out", default="benchmarks/results/rl")
     ap.add_argument("--save-dir", default=None, help="save each arm's final policy here")
     ap.add_argument("--ckpt-every", type=int, default=2,
@@ -312,7 +315,7 @@ if __name__ == "__main__":
              args.ckpt_every, args.ckpt_keep, args.stop_after, args.beside_ar, model=args.model,
              steps=args.steps, prompts=args.prompts, group=args.group, max_new=args.max_new,
              temperature=args.temperature, lr=args.lr, beta=args.beta, seed=args.seed,
-             rollout_prompts=args.rollout_prompts,
+             rollout_prompts=args.rollout_prompts, call_clock=args.call_clock,
              refresh=dict(lr=args.refresh_lr, anchors=args.refresh_anchors, rows=None,
                           schedule=refresh_schedule(args.refresh_schedule,
                                                     args.refresh_budget)))

@@ -111,7 +111,7 @@ def test_settings_are_pinned_and_checked(tmp_path):
     with open(tmp_path / "run" / "settings.json") as f:
         saved = json.load(f)
     assert list(saved) == ["model", "steps", "prompts", "group", "max_new", "temperature", "lr",
-                           "beta", "seed", "refresh", "rollout_prompts"]
+                           "beta", "seed", "refresh", "rollout_prompts", "call_clock"]
     assert saved["refresh"] == {"lr": 3e-4, "anchors": 4, "rows": None}
     grpo_run.pin_settings(out, SETTINGS)   # the same: accepted
     with pytest.raises(ValueError, match="other settings"):

@@ -217,9 +217,10 @@ def test_grpo_example_resumes_from_checkpoints(tmp_path, monkeypatch):
     the arm (``--beside-ar``: it must leave the arm's rollouts and training as they are)."""
     pytest.importorskip("tunix", reason="google-tunix is not installed (make test installs it)")
     grpo = _load_grpo()
-    # (no refresh time budget: its wall-time decisions would differ between reruns)
+    # (no refresh time budget, no call clock: their wall-time decisions would differ between
+    # reruns)
     kw = dict(model="tiny", arms=("auto+refresh",), steps=3, prompts=2, group=2, max_new=6,
-              refresh=NO_BUDGET,
+              refresh=NO_BUDGET, call_clock=False,
               ckpt_every=2, ckpt_keep=1)
     one, two = tmp_path / "one", tmp_path / "two"
     monkeypatch.chdir(tmp_path)   # a relative --out (orbax itself wants absolute paths)

@@ -194,7 +194,8 @@ def test_checkpoint_state_resumes_the_same_rollouts(pair):
     stores it) makes the rollouts the saved engine makes next (key, carried auto state,
     refreshed drafter and its optimizer state, the refresh schedule all restored)."""
     import pickle
-    kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6),   # (no time budget: steps by schedule)
+    # (no time budget: steps by schedule; no call clock: its choices follow wall time)
+    kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6), call_clock=False,
               drafter_refresh={"lr": 1e-2, "anchors": 3, "schedule": {"invest_share": None}})
     rc = rcfg(temperature=1.0, top_p=1.0, seed=None)
     a = make_engine(pair, seed=3, **kw)
@@ -275,6 +276,85 @@ def test_a_call_whose_state_would_not_draft_runs_as_a_plain_call(pair, lookup):
     off._auto_states[okey] = ost._replace(rate=np.float32(0.0), gap=np.int32(100))
     off.generate(PROMPTS, rc)
     assert not off.last.plain
+
+
+def test_the_calls_clock_holds_drafting_back_while_drafting_calls_are_slower(pair):
+    """``call_clock``: the engine times its calls (not one that compiled a program); while the
+    drafting program's calls are measured slower than plain ones, a call whose state wants to
+    draft runs as a plain call, with a drafting probe after ``gap`` plain calls; a new drafter
+    clears the drafting calls' measure, so the next call drafts; the refresh budget's gain is
+    the measured one where it says less than the cost table."""
+    from dominotree_jax.rollout.auto_probe import CallRates
+    eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6))
+    rc = rcfg(temperature=1.0, top_p=1.0, seed=None, max_tokens_to_generate=6)
+    eng.generate(PROMPTS, rc)                     # compiles: not timed
+    config = eng.decode_config(rc)
+    key = (config, len(PROMPTS))
+    assert key not in eng.auto_probe.call_rates
+
+    def wants_draft():   # the carried state drafts its next round (a probe)
+        eng._auto_states[key] = eng._auto_states[key]._replace(
+            since=np.int32(0), gap=np.int32(1), rate=np.float32(1e3))
+    wants_draft()
+    eng.generate(PROMPTS, rc)                     # the drafting program again: timed
+    rates = eng.auto_probe.call_rates[key]
+    assert not eng.last.plain and rates.drafting == pytest.approx(
+        eng.last.num_tokens / eng.last.seconds) and rates.plain == 0.0
+    eng.auto_probe.call_rates[key] = CallRates(drafting=1.0, plain=1e6, gap=3, waited=0)
+    ran = []
+    for _ in range(4):
+        wants_draft()
+        eng.generate(PROMPTS, rc)
+        ran.append(eng.last.plain)
+    # plain calls (the first compiles the ar program: not timed, not counted) until the gap
+    # of 3 runs out, then the probe drafts; still slower: the gap doubles
+    assert ran == [True, True, True, False]
+    rates = eng.auto_probe.call_rates[key]
+    assert rates.slower() and rates.gap == 6 and rates.waited == 0
+    table = float(eng._auto_states[key].rate) / eng.auto_probe.policy(config, 4).ar_rate
+    assert rates.gain() < 1 and eng.auto_probe.gain(config, len(PROMPTS)) == pytest.approx(
+        min(table, rates.gain()))
+    eng.update_drafter_params(pair[2]["drafter"])            # a new drafter: timed afresh
+    assert rates.drafting == 0.0 and rates.gap == 1 and rates.allows_draft()
+    wants_draft()
+    eng.generate(PROMPTS, rc)
+    assert not eng.last.plain
+    off = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6), call_clock=False)
+    off.generate(PROMPTS, rc)
+    off.generate(PROMPTS, rc)
+    assert off.auto_probe.call_rates == {}
+
+
+def test_call_rates_probe_less_often_while_drafting_stays_slower():
+    """``CallRates`` alone: moving averages of each kind; the probe gap doubles while drafting
+    calls are slower (up to ``MAX_CLOCK_GAP``) and is 1 once they are faster; after
+    ``REFERENCE_EVERY`` drafting calls in a row a plain call re-times the plain rate."""
+    from dominotree_jax.rollout.auto_probe import (CLOCK_ALPHA, MAX_CLOCK_GAP, REFERENCE_EVERY,
+                                                   CallRates)
+    r = CallRates()
+    assert r.allows_draft() and r.gain() is None
+    r.record(True, 10.0)
+    assert r.drafting == 10.0 and r.allows_draft() and r.gain() is None   # plain unmeasured
+    r.record(False, 20.0)
+    assert r.slower() and r.gain() == 0.5 and r.waited == 1 and r.gap == 1
+    assert r.allows_draft()                       # gap 1: the next call may probe
+    gaps = []
+    for _ in range(6):
+        r.record(True, 10.0)
+        gaps.append(r.gap)
+    assert gaps == [2, 4, 8, 16, 16, 16] and MAX_CLOCK_GAP == 16
+    assert not r.allows_draft()
+    for _ in range(MAX_CLOCK_GAP - 1):
+        r.record(False, 20.0)
+    assert r.allows_draft() and r.waited == MAX_CLOCK_GAP - 1
+    r.record(True, 40.0)                          # drafting now faster: the gap closes
+    assert r.drafting == pytest.approx((1 - CLOCK_ALPHA) * 10.0 + CLOCK_ALPHA * 40.0)
+    assert not r.slower() and r.gap == 1
+    for _ in range(REFERENCE_EVERY - 1):
+        r.record(True, 40.0)
+    assert r.drafted == REFERENCE_EVERY and not r.allows_draft()   # a plain reference call
+    r.record(False, 20.0)
+    assert r.drafted == 0 and r.allows_draft()
 
 
 def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):

@@ -31,6 +31,19 @@ cost table), as a moving average; while that is below ``LOOKUP_PAYS`` (1.05: the
 price the search) the plain calls run ``ar``, and a lookup-only call comes back as a probe
 after ``gap`` calls (doubling while it does not pay, up to ``MAX_LOOKUP_GAP``; 1 once it
 pays).
+
+**The calls' own clock** (``CallRates``). The carried state decides from the cost table, which
+prices a round in AR steps measured outside rollouts; inside them a drafting call may cost more
+than the table says (a bf16 GRPO run on a Zen 4 on the host's calibrated table drafted 79 of 192
+calls and ran 0.90x ``ar``), and nothing in the state can see that. So the engine times its calls
+(committed tokens per second of wall time, a moving average per kind: drafting program, plain
+call; a call that compiled a program is not counted) and holds the drafting program back while
+its calls are measured slower than the plain ones: a drafting call then runs only as a probe,
+after ``gap`` plain calls (doubling while drafting stays slower, up to ``MAX_CLOCK_GAP``; 1 once
+it is faster). A new drafter (``probe_all``) clears the drafting calls' measure, so its first
+call is timed afresh; after ``REFERENCE_EVERY`` drafting calls in a row one plain call re-times
+the plain rate. The refresh's time budget reads the measured gain where there is one
+(``gain``). Samples are the target's whichever program runs.
 """
 
 from __future__ import annotations
@@ -53,6 +66,9 @@ LOOKUP_ALPHA = 0.5    # the newest lookup-only call's weight in ``LookupCalls.ga
 # price (an auto round's cond and size switch alone cost ~4 % of a plain step at batch 4, Zen 5)
 LOOKUP_PAYS = 1.05
 MAX_LOOKUP_GAP = 16   # plain ``ar`` calls between lookup-only probes, at most
+CLOCK_ALPHA = 0.5     # the newest call's weight in ``CallRates``' moving averages
+MAX_CLOCK_GAP = 16    # plain calls between drafting probes while drafting calls are slower
+REFERENCE_EVERY = 16  # drafting calls in a row before a plain call re-times the plain rate
 
 
 @dataclasses.dataclass
@@ -69,6 +85,46 @@ class LookupCalls:
         self.gain = (1 - LOOKUP_ALPHA) * self.gain + LOOKUP_ALPHA * gain
         self.gap = 1 if self.gain >= LOOKUP_PAYS else min(2 * self.gap, MAX_LOOKUP_GAP)
         self.waited = 0
+
+
+@dataclasses.dataclass
+class CallRates:
+    """The measured speed of one ``(config, rows)``'s calls (module docstring): committed tokens
+    per second, moving averages (0.0: not measured yet)."""
+    drafting: float = 0.0   # calls that ran the drafting program
+    plain: float = 0.0      # plain calls (``ar`` or lookup-only)
+    gap: int = 1            # calls from one drafting probe to the next while drafting is slower
+    waited: int = 0         # plain calls since the last drafting one
+    drafted: int = 0        # drafting calls since the last plain one
+
+    def slower(self) -> bool:
+        """Whether drafting calls are measured slower than plain ones (both measured)."""
+        return 0.0 < self.drafting < self.plain
+
+    def allows_draft(self) -> bool:
+        """Whether a call whose state wants to draft may run the drafting program."""
+        if self.drafted >= REFERENCE_EVERY:
+            return False          # a plain call to re-time the plain rate
+        return not self.slower() or self.waited + 1 >= self.gap
+
+    def record(self, drafting: bool, tokens_per_s: float) -> None:
+        """One timed call of either kind."""
+        def ema(old):
+            return tokens_per_s if old <= 0.0 else (
+                (1 - CLOCK_ALPHA) * old + CLOCK_ALPHA * tokens_per_s)
+        if drafting:
+            self.drafting, self.drafted, self.waited = ema(self.drafting), self.drafted + 1, 0
+            self.gap = min(2 * self.gap, MAX_CLOCK_GAP) if self.slower() else 1
+        else:
+            self.plain, self.drafted, self.waited = ema(self.plain), 0, self.waited + 1
+
+    def new_drafter(self) -> None:
+        """A new drafter: its calls are timed afresh, the next one may draft."""
+        self.drafting, self.gap, self.waited = 0.0, 1, 0
+
+    def gain(self) -> float | None:
+        """Drafting calls' speed over plain calls' (None until both are measured)."""
+        return self.drafting / self.plain if self.drafting > 0.0 and self.plain > 0.0 else None
 
 
 def call_gain(policy: AutoPolicy, out) -> float:
@@ -103,6 +159,7 @@ class AutoProbe:
         self.states: dict[tuple[DecodeConfig, int], AutoState] = {}
         self.probed_tau: float | None = None
         self.lookup_calls: dict[tuple[DecodeConfig, int], LookupCalls] = {}
+        self.call_rates: dict[tuple[DecodeConfig, int], CallRates] = {}
         self._policies: dict[tuple[DecodeConfig, int], AutoPolicy] = {}
 
     def policy(self, config: DecodeConfig, rows: int) -> AutoPolicy:
@@ -136,7 +193,8 @@ class AutoProbe:
         if not (config.is_auto and config.uses_drafter) or carried is None:
             return config
         policy = self.policy(config, rows)
-        if bool(policy.wants_draft(policy.init(carried))):
+        rates = self.call_rates.get((config, rows), CallRates())
+        if bool(policy.wants_draft(policy.init(carried))) and rates.allows_draft():
             return config
         calls = self.lookup_calls.get((config, rows), LookupCalls())
         return plain_config(config, lookup=calls.wants_lookup())
@@ -161,10 +219,19 @@ class AutoProbe:
                            np.maximum(np.asarray(st.gap) - 1, 0)).astype(np.int32)
         self.states[(config, rows)] = st._replace(since=since)
 
+    def time_call(self, config: DecodeConfig, ran: DecodeConfig, rows: int, tokens: int,
+                  seconds: float) -> None:
+        """A call under ``config`` that ran ``ran`` committed ``tokens`` in ``seconds`` (the
+        engine does not pass a call that compiled a program): the calls' own clock."""
+        if config.is_auto and config.uses_drafter and seconds > 0.0:
+            self.call_rates.setdefault((config, rows), CallRates()).record(
+                ran is config, tokens / seconds)
+
     def gain(self, config: DecodeConfig, rows: int) -> float | None:
         """What drafting delivers under ``config`` over the AR rate: the carried state's
-        ``rate`` x the AR step's cost (1.0 before a first call; None for a fixed budget, which
-        drafts every round whatever it delivers)."""
+        ``rate`` x the AR step's cost, or the calls' own clock where it says less (1.0 before
+        a first call; None for a fixed budget, which drafts every round whatever it
+        delivers)."""
         if not config.uses_drafter:
             return 1.0
         if not config.is_auto:
@@ -172,11 +239,17 @@ class AutoProbe:
         carried = self.states.get((config, rows))
         if carried is None:
             return 1.0
-        return float(np.asarray(carried.rate)) / self.policy(config, rows).ar_rate
+        table = float(np.asarray(carried.rate)) / self.policy(config, rows).ar_rate
+        rates = self.call_rates.get((config, rows))
+        measured = None if rates is None else rates.gain()
+        return table if measured is None else min(table, measured)
 
     def probe_all(self) -> None:
-        """A new drafter: every carried state drafts its next round as a probe."""
+        """A new drafter: every carried state drafts its next round as a probe, and the
+        drafting calls are timed afresh."""
         self.states = {k: probe_next(v) for k, v in self.states.items()}
+        for rates in self.call_rates.values():
+            rates.new_drafter()
 
     def refresh_probes(self, chain_tau: float) -> bool:
         """Whether a refreshed drafter whose teacher-forced chain τ (the engine passes its moving
@@ -189,11 +262,12 @@ class AutoProbe:
 
     def checkpoint_state(self) -> dict:
         """Host copies: ``{"auto_states": {key: state}, "probed_tau": τ or -1.0,
-        "lookup_calls": {key: LookupCalls fields}}``."""
+        "lookup_calls": {key: LookupCalls fields}, "call_rates": {key: CallRates fields}}``."""
         host = {k: jax.tree.map(np.asarray, v) for k, v in self.states.items()}
         return {"auto_states": host,
                 "probed_tau": -1.0 if self.probed_tau is None else self.probed_tau,
-                "lookup_calls": {k: dataclasses.asdict(v) for k, v in self.lookup_calls.items()}}
+                "lookup_calls": {k: dataclasses.asdict(v) for k, v in self.lookup_calls.items()},
+                "call_rates": {k: dataclasses.asdict(v) for k, v in self.call_rates.items()}}
 
     def restore_checkpoint_state(self, state: dict) -> None:
         """The inverse of ``checkpoint_state`` (``state`` may hold more entries; one without
@@ -203,3 +277,4 @@ class AutoProbe:
         self.probed_tau = None if probed < 0 else probed
         self.lookup_calls = {k: LookupCalls(**v)
                              for k, v in state.get("lookup_calls", {}).items()}
+        self.call_rates = {k: CallRates(**v) for k, v in state.get("call_rates", {}).items()}

@@ -79,6 +79,7 @@ class ArmSettings:
     seed: int               # the batches' and the engine's seed
     refresh: dict           # ``drafter_refresh`` options of a refreshing arm
     rollout_prompts: int    # prompts per rollout call (x the group: the decode batch)
+    call_clock: bool = True  # the engine's ``call_clock`` (False: reruns choose alike)
 
     def __post_init__(self):
         if self.prompts % self.rollout_prompts:
@@ -298,7 +299,7 @@ def run_arm(task: ArmTask, arm: str, settings: ArmSettings, csv_path: str,
     Role = rl_cluster_lib.Role
     engine = functools.partial(
         LoggedRollout, drafter_config=task.dcfg, drafter_params=task.dparams, seed=s.seed,
-        compiler_options=task.compiler_options, beside_ar=beside_ar,
+        compiler_options=task.compiler_options, beside_ar=beside_ar, call_clock=s.call_clock,
         **task.engine_options(arm, s.refresh))
     ckpt = {} if ckpt_root is None else dict(
         checkpoint_root_directory=ckpt_root,

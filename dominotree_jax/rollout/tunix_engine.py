@@ -89,7 +89,8 @@ class DominoTreeRollout(BaseRollout):
                  budget: int = 16, node_topk: int = 8, top_m: int = 0, seed: int = 0,
                  return_features: bool = False, prompt_pads: str | None = None,
                  drafter_refresh: bool | dict | None = None, share_prefill: bool = True,
-                 plain_calls: bool = True, compiler_options: dict | None = None,
+                 plain_calls: bool = True, call_clock: bool = True,
+                 compiler_options: dict | None = None,
                  **decode_options):
         """``rollout_actor``: the target (see ``engine_params.target_of``). ``tokenizer``: HF or
         tunix style (only needed for text prompts). ``mesh``/``rollout_config``: accepted for
@@ -117,6 +118,10 @@ class DominoTreeRollout(BaseRollout):
         not run the drafter in its first round runs as ``ar`` (or ``lookup`` with
         ``lookup=K``), its rounds counted towards the next probe (``auto_probe``'s docstring);
         False: every call runs the drafting program.
+        ``call_clock`` (with ``plain_calls``): the engine times its calls and holds the drafting
+        program back while its calls run slower than the plain ones (``auto_probe.CallRates``);
+        which program a call runs then depends on wall time, so two runs with the same seeds
+        may differ (each sample is still the target's); False: the cost table alone decides.
         ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
         Other keywords: ``DecodeConfig`` fields (``auto_sizes``, ``auto_costs``,
         ``draft_window``, ...). ``precision`` (one of them): the ``Precision`` the target and
@@ -146,6 +151,7 @@ class DominoTreeRollout(BaseRollout):
         self.return_features = bool(return_features or drafter_refresh)
         self.share_prefill = bool(share_prefill)
         self.plain_calls = bool(plain_calls)
+        self.call_clock = bool(call_clock)
         # get_per_token_logps' temperature: RLCluster's TRAIN rollout config, as its trainer's
         self._logp_temperature = (None if rollout_config is None
                                   else float(rollout_config.temperature))
@@ -194,12 +200,15 @@ class DominoTreeRollout(BaseRollout):
         rows = place.global_rows(batch.size)
         ran = self.auto_probe.call_config(config, rows) if self.plain_calls else config
         state = self.auto_probe.start_state(ran, rows)
+        compiled = len(self.traces)
         out, prompt_in, lengths_in = self.programs.decode(
             self._params, batch, key, state, row_stops_Be, ran, place, self.share_prefill)
         self.auto_probe.carry_call(config, ran, rows, out)
         self.last = LastRollout(jnp.asarray(prompt_in), jnp.asarray(lengths_in), out,
                                 time.perf_counter() - t0, plain=ran is not config,
                                 method=ran.method)
+        if self.plain_calls and self.call_clock and len(self.traces) == compiled:
+            self.auto_probe.time_call(config, ran, rows, self.last.num_tokens, self.last.seconds)
         if rc.temperature is not None:
             self._last_temperature = float(rc.temperature)
         self.refreshed = None
