@@ -28,6 +28,7 @@ import statistics
 import time
 
 from benchmarks.common import RESULTS, command_line
+from dominotree_jax.precision import BENCHMARKED_PRECISIONS, add_precision_argument
 from benchmarks.step.long_prompt import prompt_ids
 
 WARM = 5   # tokens of the shorter decode of each pair
@@ -195,7 +196,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--decode", type=int, default=32, help="ar tokens timed per context")
     ap.add_argument("--spec", type=int, default=48, help="DominoTree tokens timed per context")
-    ap.add_argument("--precision", default="float32", choices=("float32", "bfloat16"))
+    add_precision_argument(ap, pairs=False, choices=BENCHMARKED_PRECISIONS)
     ap.add_argument("--out", default=str(RESULTS / "long_context" / "step_and_round.md"))
     args = ap.parse_args(argv)
     if sorted(args.contexts) != args.contexts or args.contexts[0] < 16:
