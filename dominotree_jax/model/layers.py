@@ -288,8 +288,9 @@ def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
     ``cache_*_BKSD``: one layer's cache ``[B, K, S, D]`` as stored (a bfloat16 layer as its
     bits, ``cache.CACHE_BITS``: each pass views only the slots it reads; a view of the whole
     layer taken outside the bucket ``switch`` made XLA:CPU copy every slot of every layer at
-    every step, 2.4x the bf16 4k-context step); slots ``>= prefix[b]`` are never read into the
-    result (and key blocks past ``max(prefix)`` are not computed). ``block_mask_BTT``:
+    every step: a bf16 4k-context ``ar`` token 49.6 against 30.2 ms, Zen 4); slots
+    ``>= prefix[b]`` are never read into the result (and key blocks past ``max(prefix)`` are
+    not computed). ``block_mask_BTT``:
     which new rows each new row sees (causal for a prompt chunk, ancestors for a tree).
     Float32 softmax; a row that sees nothing gives zeros, as ``attend``. ``block``: key slots per
     block (default ``ATTENTION_BLOCK``). With at most ``dense_rows`` (default ``DENSE_ROWS``)

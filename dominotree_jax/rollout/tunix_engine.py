@@ -121,7 +121,8 @@ class DominoTreeRollout(BaseRollout):
         ``call_clock`` (with ``plain_calls``): the engine times its calls and holds the drafting
         program back while its calls run slower than the plain ones (``auto_probe.CallRates``);
         which program a call runs then depends on wall time, so two runs with the same seeds
-        may differ (each sample is still the target's); False: the cost table alone decides.
+        may differ (each sample is still the target's); False: the cost table alone decides
+        (as it does on a multi-process mesh, whose processes must all run one program).
         ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
         Other keywords: ``DecodeConfig`` fields (``auto_sizes``, ``auto_costs``,
         ``draft_window``, ...). ``precision`` (one of them): the ``Precision`` the target and
@@ -207,7 +208,9 @@ class DominoTreeRollout(BaseRollout):
         self.last = LastRollout(jnp.asarray(prompt_in), jnp.asarray(lengths_in), out,
                                 time.perf_counter() - t0, plain=ran is not config,
                                 method=ran.method)
-        if self.plain_calls and self.call_clock and len(self.traces) == compiled:
+        # (not across processes: each would read its own clock, and all must run one program)
+        if self.plain_calls and self.call_clock and len(self.traces) == compiled \
+                and not place.multi_process:
             self.auto_probe.time_call(config, ran, rows, self.last.num_tokens, self.last.seconds)
         if rc.temperature is not None:
             self._last_temperature = float(rc.temperature)
