@@ -299,8 +299,8 @@ def test_the_calls_clock_holds_drafting_back_while_drafting_calls_are_slower(pai
     eng.generate(PROMPTS, rc)                     # the drafting program again: timed
     rates = eng.auto_probe.call_rates[key]
     assert not eng.last.plain and rates.drafting == pytest.approx(
-        eng.last.num_tokens / eng.last.seconds) and rates.plain == 0.0
-    eng.auto_probe.call_rates[key] = CallRates(drafting=1.0, plain=1e6, gap=3, waited=0)
+        eng.last.num_tokens / eng.last.seconds) and rates.ar == 0.0
+    eng.auto_probe.call_rates[key] = CallRates(drafting=1.0, ar=1e6, gap=3, waited=0)
     ran = []
     for _ in range(4):
         wants_draft()
@@ -325,36 +325,70 @@ def test_the_calls_clock_holds_drafting_back_while_drafting_calls_are_slower(pai
     assert off.auto_probe.call_rates == {}
 
 
+def test_the_calls_clock_reads_lookup_only_calls_over_ar(pair):
+    """``lookup=K``: a timed lookup-only call's record (``LookupCalls``) takes its measured speed
+    over the ``ar`` calls' instead of the cost table's estimate; after ``REFERENCE_EVERY`` calls
+    without an ``ar`` one, a plain call runs ``ar`` even while lookup-only calls pay."""
+    from dominotree_jax.rollout.auto_probe import (LOOKUP_ALPHA, REFERENCE_EVERY, CallRates,
+                                                   LookupCalls)
+    eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6), lookup=2)
+    rc = rcfg(temperature=1.0, top_p=1.0, seed=None, max_tokens_to_generate=6)
+    eng.generate(PROMPTS, rc)
+    key = (eng.decode_config(rc), len(PROMPTS))
+
+    def plain_call(lookup_gain):   # the state would not draft; the lookup record says
+        eng._auto_states[key] = eng._auto_states[key]._replace(
+            rate=np.float32(0.0), since=np.int32(0), gap=np.int32(100))
+        eng.auto_probe.lookup_calls[key] = LookupCalls(gain=lookup_gain, gap=MAX_GAP)
+        eng.generate(PROMPTS, rc)
+        return eng.last.method
+    MAX_GAP = 16
+    assert [plain_call(2.0), plain_call(0.0)] == ["lookup", "ar"]   # both compile: not timed
+    eng.auto_probe.call_rates[key] = CallRates(ar=1e9)
+    assert plain_call(2.0) == "lookup"
+    measured = eng.last.num_tokens / eng.last.seconds
+    assert eng.auto_probe.call_rates[key].lookup == pytest.approx(measured)
+    assert eng.auto_probe.lookup_calls[key].gain == pytest.approx(
+        (1 - LOOKUP_ALPHA) * 2.0 + LOOKUP_ALPHA * measured / 1e9)
+    rates = eng.auto_probe.call_rates[key]
+    rates.since_ar = REFERENCE_EVERY
+    assert plain_call(2.0) == "ar" and rates.since_ar == 0 and rates.ar < 1e9
+
+
 def test_call_rates_probe_less_often_while_drafting_stays_slower():
-    """``CallRates`` alone: moving averages of each kind; the probe gap doubles while drafting
-    calls are slower (up to ``MAX_CLOCK_GAP``) and is 1 once they are faster; after
-    ``REFERENCE_EVERY`` drafting calls in a row a plain call re-times the plain rate."""
+    """``CallRates`` alone: moving averages per program; the probe gap doubles while drafting
+    calls are slower than ``ar`` ones (up to ``MAX_CLOCK_GAP``) and is 1 once they are faster;
+    after ``REFERENCE_EVERY`` calls without an ``ar`` one, a plain call re-times ``ar``."""
     from dominotree_jax.rollout.auto_probe import (CLOCK_ALPHA, MAX_CLOCK_GAP, REFERENCE_EVERY,
                                                    CallRates)
     r = CallRates()
-    assert r.allows_draft() and r.gain() is None
-    r.record(True, 10.0)
-    assert r.drafting == 10.0 and r.allows_draft() and r.gain() is None   # plain unmeasured
-    r.record(False, 20.0)
+    assert r.allows_draft() and r.gain() is None and r.over_ar(5.0) is None
+    r.record("drafting", 10.0)
+    assert r.drafting == 10.0 and r.allows_draft() and r.gain() is None   # ar unmeasured
+    r.record("ar", 20.0)
     assert r.slower() and r.gain() == 0.5 and r.waited == 1 and r.gap == 1
-    assert r.allows_draft()                       # gap 1: the next call may probe
+    assert r.allows_draft() and r.over_ar(30.0) == 1.5   # gap 1: the next call may probe
+    r.record("lookup", 40.0)                       # lookup-only calls: not the reference
+    assert r.lookup == 40.0 and r.ar == 20.0 and r.since_ar == 1 and r.slower()
     gaps = []
     for _ in range(6):
-        r.record(True, 10.0)
+        r.record("drafting", 10.0)
         gaps.append(r.gap)
     assert gaps == [2, 4, 8, 16, 16, 16] and MAX_CLOCK_GAP == 16
     assert not r.allows_draft()
     for _ in range(MAX_CLOCK_GAP - 1):
-        r.record(False, 20.0)
+        r.record("ar", 20.0)
     assert r.allows_draft() and r.waited == MAX_CLOCK_GAP - 1
-    r.record(True, 40.0)                          # drafting now faster: the gap closes
+    r.record("drafting", 40.0)                     # drafting now faster: the gap closes
     assert r.drafting == pytest.approx((1 - CLOCK_ALPHA) * 10.0 + CLOCK_ALPHA * 40.0)
     assert not r.slower() and r.gap == 1
     for _ in range(REFERENCE_EVERY - 1):
-        r.record(True, 40.0)
-    assert r.drafted == REFERENCE_EVERY and not r.allows_draft()   # a plain reference call
-    r.record(False, 20.0)
-    assert r.drafted == 0 and r.allows_draft()
+        r.record("drafting", 40.0)
+    assert r.since_ar == REFERENCE_EVERY and r.wants_reference() and not r.allows_draft()
+    r.record("ar", 20.0)
+    assert r.since_ar == 0 and r.allows_draft()
+    r.new_drafter()
+    assert r.drafting == 0.0 and r.gap == 1 and r.gain() is None and r.ar > 0
 
 
 def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):

@@ -36,13 +36,16 @@ pays).
 prices a round in AR steps measured outside rollouts; inside them a drafting call may cost more
 than the table says (a bf16 GRPO run on a Zen 4 on the host's calibrated table drafted 79 of 192
 calls and ran 0.90x ``ar``), and nothing in the state can see that. So the engine times its calls
-(committed tokens per second of wall time, a moving average per kind: drafting program, plain
-call; a call that compiled a program is not counted) and holds the drafting program back while
-its calls are measured slower than the plain ones: a drafting call then runs only as a probe,
-after ``gap`` plain calls (doubling while drafting stays slower, up to ``MAX_CLOCK_GAP``; 1 once
-it is faster). A new drafter (``probe_all``) clears the drafting calls' measure, so its first
-call is timed afresh; after ``REFERENCE_EVERY`` drafting calls in a row one plain call re-times
-the plain rate. The refresh's time budget reads the measured gain where there is one
+(committed tokens per second of wall time, a moving average per program: drafting, ``ar``,
+lookup-only; a call that compiled a program is not counted) and holds the drafting program back
+while its calls are measured slower than the ``ar`` ones: a drafting call then runs only as a
+probe, after ``gap`` plain calls (doubling while drafting stays slower, up to
+``MAX_CLOCK_GAP``; 1 once it is faster). A lookup-only call's record (``LookupCalls``) reads its
+measured speed over ``ar``'s instead of the table's estimate (in a bf16 GRPO lookup arm on the
+Zen 4 lookup-only calls at τ 1.6-2.0 ran 0.80-0.93x ``ar``). A new drafter (``probe_all``)
+clears the drafting calls' measure, so its first call is timed afresh; after
+``REFERENCE_EVERY`` calls without an ``ar`` one the next plain call runs ``ar`` to re-time the
+reference. The refresh's time budget reads the measured gain where it says less than the table
 (``gain``). Samples are the target's whichever program runs.
 """
 
@@ -68,7 +71,7 @@ LOOKUP_PAYS = 1.05
 MAX_LOOKUP_GAP = 16   # plain ``ar`` calls between lookup-only probes, at most
 CLOCK_ALPHA = 0.5     # the newest call's weight in ``CallRates``' moving averages
 MAX_CLOCK_GAP = 16    # plain calls between drafting probes while drafting calls are slower
-REFERENCE_EVERY = 16  # drafting calls in a row before a plain call re-times the plain rate
+REFERENCE_EVERY = 16  # calls without an ``ar`` one before a plain call re-times ``ar``
 
 
 @dataclasses.dataclass
@@ -90,41 +93,51 @@ class LookupCalls:
 @dataclasses.dataclass
 class CallRates:
     """The measured speed of one ``(config, rows)``'s calls (module docstring): committed tokens
-    per second, moving averages (0.0: not measured yet)."""
+    per second, moving averages per program (0.0: not measured yet)."""
     drafting: float = 0.0   # calls that ran the drafting program
-    plain: float = 0.0      # plain calls (``ar`` or lookup-only)
+    ar: float = 0.0         # plain ``ar`` calls: the reference
+    lookup: float = 0.0     # lookup-only plain calls (``lookup=K``)
     gap: int = 1            # calls from one drafting probe to the next while drafting is slower
     waited: int = 0         # plain calls since the last drafting one
-    drafted: int = 0        # drafting calls since the last plain one
+    since_ar: int = 0       # calls since the last ``ar`` one
 
     def slower(self) -> bool:
-        """Whether drafting calls are measured slower than plain ones (both measured)."""
-        return 0.0 < self.drafting < self.plain
+        """Whether drafting calls are measured slower than ``ar`` ones (both measured)."""
+        return 0.0 < self.drafting < self.ar
+
+    def wants_reference(self) -> bool:
+        """Whether the next call runs ``ar`` to re-time the reference."""
+        return self.since_ar >= REFERENCE_EVERY
 
     def allows_draft(self) -> bool:
         """Whether a call whose state wants to draft may run the drafting program."""
-        if self.drafted >= REFERENCE_EVERY:
-            return False          # a plain call to re-time the plain rate
+        if self.wants_reference():
+            return False
         return not self.slower() or self.waited + 1 >= self.gap
 
-    def record(self, drafting: bool, tokens_per_s: float) -> None:
-        """One timed call of either kind."""
-        def ema(old):
-            return tokens_per_s if old <= 0.0 else (
+    def over_ar(self, tokens_per_s: float) -> float | None:
+        """``tokens_per_s`` over the ``ar`` calls' (None before one is measured)."""
+        return tokens_per_s / self.ar if self.ar > 0.0 else None
+
+    def record(self, kind: str, tokens_per_s: float) -> None:
+        """One timed call of ``kind``: ``"drafting"``, ``"ar"`` or ``"lookup"``."""
+        old = getattr(self, kind)
+        setattr(self, kind, tokens_per_s if old <= 0.0 else
                 (1 - CLOCK_ALPHA) * old + CLOCK_ALPHA * tokens_per_s)
-        if drafting:
-            self.drafting, self.drafted, self.waited = ema(self.drafting), self.drafted + 1, 0
+        self.since_ar = 0 if kind == "ar" else self.since_ar + 1
+        if kind == "drafting":
+            self.waited = 0
             self.gap = min(2 * self.gap, MAX_CLOCK_GAP) if self.slower() else 1
         else:
-            self.plain, self.drafted, self.waited = ema(self.plain), 0, self.waited + 1
+            self.waited += 1
 
     def new_drafter(self) -> None:
         """A new drafter: its calls are timed afresh, the next one may draft."""
         self.drafting, self.gap, self.waited = 0.0, 1, 0
 
     def gain(self) -> float | None:
-        """Drafting calls' speed over plain calls' (None until both are measured)."""
-        return self.drafting / self.plain if self.drafting > 0.0 and self.plain > 0.0 else None
+        """Drafting calls' speed over ``ar`` calls' (None until both are measured)."""
+        return None if self.drafting <= 0.0 else self.over_ar(self.drafting)
 
 
 def call_gain(policy: AutoPolicy, out) -> float:
@@ -197,20 +210,31 @@ class AutoProbe:
         if bool(policy.wants_draft(policy.init(carried))) and rates.allows_draft():
             return config
         calls = self.lookup_calls.get((config, rows), LookupCalls())
-        return plain_config(config, lookup=calls.wants_lookup())
+        return plain_config(config, lookup=calls.wants_lookup() and not rates.wants_reference())
 
-    def carry_call(self, config: DecodeConfig, ran: DecodeConfig, rows: int, out) -> None:
+    def carry_call(self, config: DecodeConfig, ran: DecodeConfig, rows: int, out,
+                   tokens_per_s: float | None = None) -> None:
         """After a call under ``config`` that ran ``ran`` (``call_config``'s) and returned
         ``out`` (a ``DecodeOutput``): keep the final state of what ran, and after a plain call
         count its rounds towards ``config``'s probe gap (up to the round before the gap runs
-        out: the next call then probes in its first round)."""
+        out: the next call then probes in its first round). ``tokens_per_s``: the call's
+        measured speed for the calls' own clock (None: not timed; the engine does not time a
+        call that compiled a program); a lookup-only call's record then reads it over the
+        ``ar`` calls' speed instead of the cost table's estimate."""
         self.carry(ran, rows, out.auto_state)
+        rates = None
+        if tokens_per_s is not None and config.is_auto and config.uses_drafter:
+            rates = self.call_rates.setdefault((config, rows), CallRates())
+            rates.record("drafting" if ran is config else "lookup" if ran.is_auto else "ar",
+                         tokens_per_s)
         if ran is config:
             return
         if config.lookup:   # the plain calls' record: a lookup-only call, or one more ar call
             calls = self.lookup_calls.setdefault((config, rows), LookupCalls())
             if ran.is_auto:
-                calls.record(call_gain(self.policy(ran, rows), out))
+                measured = None if rates is None else rates.over_ar(tokens_per_s)
+                calls.record(call_gain(self.policy(ran, rows), out) if measured is None
+                             else measured)
             else:
                 calls.waited += 1
         st = self.states[(config, rows)]
@@ -218,14 +242,6 @@ class AutoProbe:
         since = np.minimum(np.asarray(st.since) + rounds,
                            np.maximum(np.asarray(st.gap) - 1, 0)).astype(np.int32)
         self.states[(config, rows)] = st._replace(since=since)
-
-    def time_call(self, config: DecodeConfig, ran: DecodeConfig, rows: int, tokens: int,
-                  seconds: float) -> None:
-        """A call under ``config`` that ran ``ran`` committed ``tokens`` in ``seconds`` (the
-        engine does not pass a call that compiled a program): the calls' own clock."""
-        if config.is_auto and config.uses_drafter and seconds > 0.0:
-            self.call_rates.setdefault((config, rows), CallRates()).record(
-                ran is config, tokens / seconds)
 
     def gain(self, config: DecodeConfig, rows: int) -> float | None:
         """What drafting delivers under ``config`` over the AR rate: the carried state's

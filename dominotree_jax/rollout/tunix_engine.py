@@ -204,14 +204,15 @@ class DominoTreeRollout(BaseRollout):
         compiled = len(self.traces)
         out, prompt_in, lengths_in = self.programs.decode(
             self._params, batch, key, state, row_stops_Be, ran, place, self.share_prefill)
-        self.auto_probe.carry_call(config, ran, rows, out)
         self.last = LastRollout(jnp.asarray(prompt_in), jnp.asarray(lengths_in), out,
                                 time.perf_counter() - t0, plain=ran is not config,
                                 method=ran.method)
         # (not across processes: each would read its own clock, and all must run one program)
-        if self.plain_calls and self.call_clock and len(self.traces) == compiled \
-                and not place.multi_process:
-            self.auto_probe.time_call(config, ran, rows, self.last.num_tokens, self.last.seconds)
+        timed = self.plain_calls and self.call_clock and len(self.traces) == compiled \
+            and not place.multi_process
+        self.auto_probe.carry_call(
+            config, ran, rows, out,
+            self.last.num_tokens / self.last.seconds if timed else None)
         if rc.temperature is not None:
             self._last_temperature = float(rc.temperature)
         self.refreshed = None
