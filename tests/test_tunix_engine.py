@@ -329,8 +329,8 @@ def test_the_calls_clock_reads_lookup_only_calls_over_ar(pair):
     """``lookup=K``: a timed lookup-only call's record (``LookupCalls``) takes its measured speed
     over the ``ar`` calls' instead of the cost table's estimate; after ``REFERENCE_EVERY`` calls
     without an ``ar`` one, a plain call runs ``ar`` even while lookup-only calls pay."""
-    from dominotree_jax.rollout.auto_probe import (LOOKUP_ALPHA, REFERENCE_EVERY, CallRates,
-                                                   LookupCalls)
+    from dominotree_jax.rollout.auto_probe import (LOOKUP_ALPHA, MAX_LOOKUP_GAP, REFERENCE_EVERY,
+                                                   CallRates, LookupCalls)
     eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6), lookup=2)
     rc = rcfg(temperature=1.0, top_p=1.0, seed=None, max_tokens_to_generate=6)
     eng.generate(PROMPTS, rc)
@@ -339,10 +339,9 @@ def test_the_calls_clock_reads_lookup_only_calls_over_ar(pair):
     def plain_call(lookup_gain):   # the state would not draft; the lookup record says
         eng._auto_states[key] = eng._auto_states[key]._replace(
             rate=np.float32(0.0), since=np.int32(0), gap=np.int32(100))
-        eng.auto_probe.lookup_calls[key] = LookupCalls(gain=lookup_gain, gap=MAX_GAP)
+        eng.auto_probe.lookup_calls[key] = LookupCalls(gain=lookup_gain, gap=MAX_LOOKUP_GAP)
         eng.generate(PROMPTS, rc)
         return eng.last.method
-    MAX_GAP = 16
     assert [plain_call(2.0), plain_call(0.0)] == ["lookup", "ar"]   # both compile: not timed
     eng.auto_probe.call_rates[key] = CallRates(ar=1e9)
     assert plain_call(2.0) == "lookup"
