@@ -119,7 +119,7 @@ class DominoTreeRollout(BaseRollout):
         ``lookup=K``), its rounds counted towards the next probe (``auto_probe``'s docstring);
         False: every call runs the drafting program.
         ``call_clock`` (with ``plain_calls``): the engine times its calls and holds the drafting
-        program back while its calls run slower than the plain ones (``auto_probe.CallRates``);
+        program back while its calls run slower than its ``ar`` calls (``auto_probe.CallRates``);
         which program a call runs then depends on wall time, so two runs with the same seeds
         may differ (each sample is still the target's); False: the cost table alone decides
         (as it does on a multi-process mesh, whose processes must all run one program).
