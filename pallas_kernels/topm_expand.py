@@ -18,16 +18,24 @@ round), ``pad_operands``, ``resolve_use_pallas`` (``True`` forces the kernel; ``
 jnp twin everywhere: on an H200 the kernel measured slower, see ``resolve_use_pallas``),
 ``kernel_compiles_on`` (CUDA compute capability >= 8.0: where ``True`` can run).
 
-The kernel is a single program (grid of 1; a vmapped call gets one program per batch row): it
-loops over ``E`` in blocks (a ``[block_e, G]`` tile of W1s and an ``[M, block_e]`` tile of W2_C
-per step; the matvecs are elementwise products + row sums in float32, not ``dot``, which on GPU
-needs >= 16-row tiles and may use TF32), then does the log-softmax and ``k`` rounds of max-and-mask
-for the top-k (``k <= 16``). All dims are padded to powers of two (>= 16) as Triton requires:
-``M`` with ``-inf`` logits and zero rows, ``E`` and ``G`` with zeros (``SiLU(0) = 0``, so padded
-``E`` lanes contribute nothing). The call passes Triton ``CompilerParams``, which selects the
-Pallas-Triton backend (jax's GPU default is Mosaic GPU). The Pallas->Triton lowering is
-exercised on CPU by lowering for ``cuda`` (tests/test_pallas_topm.py); compiling and running it
-needs a GPU (``benchmarks/gpu/kernel.py``).
+Two kernels (``KERNELS``), the same arithmetic:
+
+- ``"grid"`` (the default): two launches. The first runs one program per block of ``E``
+  (``block_e`` rows of W1s and columns of W2_C: the weights' reads spread over the chip's
+  multiprocessors) and writes each block's share of ``W2_C · h`` ``[M]``; the second, one
+  program, sums the shares, adds ``base_C`` and does the log-softmax and top-k.
+- ``"single"``: one program (grid of 1) looping over ``E`` in blocks, then the log-softmax and
+  top-k. On an H200 it measured slower than the jnp twin (``resolve_use_pallas``): one
+  streaming multiprocessor reads every weight.
+
+A vmapped call adds a leading grid axis over the batch rows. The matvecs are elementwise
+products + row sums in float32, not ``dot``, which on GPU needs >= 16-row tiles and may use
+TF32; the top-k is ``k`` rounds of max-and-mask (``k <= 16``). All dims are padded to powers
+of two (>= 16) as Triton requires: ``M`` with ``-inf`` logits and zero rows, ``E`` and ``G``
+with zeros (``SiLU(0) = 0``, so padded ``E`` lanes contribute nothing). The calls pass Triton
+``CompilerParams``, which selects the Pallas-Triton backend (jax's GPU default is Mosaic GPU).
+The Pallas->Triton lowering is exercised on CPU by lowering for ``cuda``
+(tests/test_pallas_topm.py); compiling and running it needs a GPU (``benchmarks/gpu/kernel.py``).
 
 Numerics: the kernel and the jnp twin agree to float rounding (different summation order and a
 ``1/(1+exp(-x))`` sigmoid on Triton); indices agree unless two candidates are within rounding.
@@ -130,9 +138,9 @@ def pad_operands(a_sE, w1s_EG, base_sM, w2_sME):
 
 
 def _kernel(a_ref, s_ref, w1s_ref, base_ref, w2_ref, idx_ref, lp_ref, *, k: int, block_e: int):
+    """The ``"single"`` kernel: one program over every block of ``E``."""
     Ep = a_ref.shape[0]
     Mp = base_ref.shape[0]
-    kp = idx_ref.shape[0]
     s_G = s_ref[...]
 
     def e_block(j, c_M):   # one tile of ``block_e`` entries of E
@@ -144,7 +152,14 @@ def _kernel(a_ref, s_ref, w1s_ref, base_ref, w2_ref, idx_ref, lp_ref, *, k: int,
         return c_M + jnp.sum(w2_ME * h_E[None, :], axis=1)
 
     c_M = jax.lax.fori_loop(0, Ep // block_e, e_block, jnp.zeros((Mp,), jnp.float32))
-    c_M = base_ref[...] + c_M
+    _log_softmax_top_k(base_ref[...] + c_M, k, idx_ref, lp_ref)
+
+
+def _log_softmax_top_k(c_M, k: int, idx_ref, lp_ref):
+    """Write the top ``k`` of ``log_softmax(c_M)`` (lowest index first among equals) to
+    ``idx_ref`` / ``lp_ref`` (``kp >= k`` entries; the rest index 0 with ``-inf``)."""
+    Mp = c_M.shape[0]
+    kp = idx_ref.shape[0]
     shifted = c_M - jnp.max(c_M)
     lp_M = shifted - jnp.log(jnp.sum(jnp.exp(shifted)))
 
@@ -163,32 +178,84 @@ def _kernel(a_ref, s_ref, w1s_ref, base_ref, w2_ref, idx_ref, lp_ref, *, k: int,
     lp_ref[...] = val_kp
 
 
+def _share_kernel(a_ref, s_ref, w1s_ref, w2_ref, share_ref, *, block_g: int):
+    """The ``"grid"`` kernel's first launch, one program per block of ``E``: its rows' share
+    ``W2_C[:, block] · SiLU(a[block] + W1s[block] · s)`` ``[1, M]``; ``W1s · s`` in tiles of
+    ``block_g`` columns."""
+    block_e, Gp = w1s_ref.shape
+
+    def g_block(j, pre_E):
+        g0 = pl.multiple_of(j * block_g, block_g)
+        return pre_E + jnp.sum(w1s_ref[:, pl.ds(g0, block_g)] * s_ref[pl.ds(g0, block_g)][None, :],
+                               axis=1)
+
+    pre_E = jax.lax.fori_loop(0, Gp // block_g, g_block, a_ref[...])
+    h_E = pre_E * jax.nn.sigmoid(pre_E)
+    share_ref[...] = jnp.sum(w2_ref[...] * h_E[None, :], axis=1)[None, :]
+
+
+def _top_k_kernel(share_ref, base_ref, idx_ref, lp_ref, *, k: int):
+    """The ``"grid"`` kernel's second launch (one program): the shares summed, then
+    log-softmax and top-k."""
+    _log_softmax_top_k(base_ref[...] + jnp.sum(share_ref[...], axis=0), k, idx_ref, lp_ref)
+
+
+KERNELS = ("grid", "single")
 NUM_WARPS, NUM_STAGES = 4, 1  # Triton launch settings (the GPU suite's kernel check times others)
 
 
+def _block(limit: int, other: int) -> int:
+    """The largest power of two <= ``limit`` whose tile with ``other`` stays within
+    ``_TILE_ELEMS`` elements, at least ``_MIN_DIM``."""
+    return min(limit, max(_MIN_DIM, _next_pow2(_TILE_ELEMS // other + 1) // 2))
+
+
 def expand_padded_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k: int, *, interpret: bool = False,
-                         num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES):
-    """Run the kernel on operands already padded by ``pad_operands`` (``s`` padded here)."""
+                         kernel: str = "grid", num_warps: int = NUM_WARPS,
+                         num_stages: int = NUM_STAGES):
+    """Run ``kernel`` (``KERNELS``) on operands already padded by ``pad_operands`` (``s``
+    padded here)."""
     Ep, Gp = w1s_EG.shape
     Mp = base_M.shape[-1]
     if not 1 <= k <= MAX_KERNEL_TOPK:
         raise ValueError(f"kernel supports 1 <= k <= {MAX_KERNEL_TOPK}, got {k}")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     s_G = jnp.pad(s_G.astype(jnp.float32), (0, Gp - s_G.shape[-1]))
-    block_e = min(Ep, max(_MIN_DIM, _next_pow2(_TILE_ELEMS // max(Gp, Mp) + 1) // 2))
     kp = _padded(k)
+    # explicit Triton params select the Triton backend (not Mosaic GPU, jax's GPU default)
+    params = pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+    top_k_shapes = (jax.ShapeDtypeStruct((kp,), jnp.int32),
+                    jax.ShapeDtypeStruct((kp,), jnp.float32))
+    if kernel == "single":
+        idx_kp, lp_kp = pl.pallas_call(
+            functools.partial(_kernel, k=k, block_e=_block(Ep, max(Gp, Mp))),
+            out_shape=top_k_shapes, compiler_params=params, interpret=interpret,
+        )(a_E, s_G, w1s_EG, base_M, w2_ME)
+        return idx_kp[:k], lp_kp[:k]
+    block_e = min(Ep, _MIN_DIM)         # rows of E per program: as many programs as possible
+    block_g = _block(Gp, block_e)       # W1s read in [block_e, block_g] tiles
+    blocks = Ep // block_e              # both powers of two
+    share_NM = pl.pallas_call(
+        functools.partial(_share_kernel, block_g=block_g),
+        grid=(blocks,),
+        in_specs=[pl.BlockSpec((block_e,), lambda j: (j,)),
+                  pl.BlockSpec((Gp,), lambda j: (0,)),
+                  pl.BlockSpec((block_e, Gp), lambda j: (j, 0)),
+                  pl.BlockSpec((Mp, block_e), lambda j: (0, j))],
+        out_specs=pl.BlockSpec((1, Mp), lambda j: (j, 0)),
+        out_shape=jax.ShapeDtypeStruct((blocks, Mp), jnp.float32),
+        compiler_params=params, interpret=interpret,
+    )(a_E, s_G, w1s_EG, w2_ME)
     idx_kp, lp_kp = pl.pallas_call(
-        functools.partial(_kernel, k=k, block_e=block_e),
-        out_shape=(jax.ShapeDtypeStruct((kp,), jnp.int32),
-                   jax.ShapeDtypeStruct((kp,), jnp.float32)),
-        # explicit Triton params select the Triton backend (not Mosaic GPU, jax's GPU default)
-        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+        functools.partial(_top_k_kernel, k=k), out_shape=top_k_shapes, compiler_params=params,
         interpret=interpret,
-    )(a_E, s_G, w1s_EG, base_M, w2_ME)
+    )(share_NM, base_M)
     return idx_kp[:k], lp_kp[:k]
 
 
 def expand_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k: int, *, interpret: bool = False,
-                  prepadded: bool = False, num_warps: int = NUM_WARPS,
+                  prepadded: bool = False, kernel: str = "grid", num_warps: int = NUM_WARPS,
                   num_stages: int = NUM_STAGES):
     """Kernel on split operands → ``(idx [k] int32, lp [k] float32)``; ``prepadded`` says the
     operands already came from ``pad_operands`` (the tree builder pads once per round)."""
@@ -197,4 +264,4 @@ def expand_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k: int, *, interpret: bool = 
     if not prepadded:
         a_E, w1s_EG, base_M, w2_ME = pad_operands(a_E, w1s_EG, base_M, w2_ME)
     return expand_padded_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k, interpret=interpret,
-                                num_warps=num_warps, num_stages=num_stages)
+                                kernel=kernel, num_warps=num_warps, num_stages=num_stages)

@@ -228,6 +228,8 @@ def test_stages_and_kernel_variants(tmp_path, capsys):
     (kernel,) = report["kernel"].values()
     assert kernel["kernel_ok"] and kernel["trees_equal"] and kernel["mode"] == "interpret"
     assert set(kernel["variants"]) == {"4x1", "2x2"}
+    assert set(kernel["pop_kernels_us"]) == {"grid", "single"}   # both kernels timed
+    assert all(us > 0 for us in kernel["pop_kernels_us"].values())
     assert all(v["pop_us"] > 0 for v in kernel["variants"].values())
     stages = report["pairs"]["qwen3-4b-domino"]["methods"]["dominotree"]["stages"]
     assert all(stages[f"{s}_ms"] > 0 for s in ("ar", "round", "draft", "build", "verify",
@@ -238,7 +240,7 @@ def test_stages_and_kernel_variants(tmp_path, capsys):
     # put it past 100 %, so only its form and sign are checked
     assert 0 < float(rows["build share of the round (paper, DominoTree: 14%)"][0][:-1])
     assert rows["round programs compiled (at most 1)"] == ["1"]
-    assert "pop us, 2x2 (warps x stages)" in out.read_text()
+    assert "pop us, 2x2 (warps x stages, grid kernel)" in out.read_text()
 
 
 def test_environment_is_recorded(tmp_path, monkeypatch, capsys):
@@ -410,13 +412,13 @@ def _conditionals(hlo: str) -> int:
 def test_real_size_round_for_cuda_has_no_conditional(pair, method):
     """The whole jitted round at real size (abstract bf16 weights: no memory), lowered for a
     GPU from this host: one module, no conditional anywhere (36 dense attention passes, no
-    bucket switch), DominoTree's carries the Triton top-M kernel (root + pop loop), and no sort
-    spans the vocabulary (two-stage top-M)."""
+    bucket switch), DominoTree's carries the Triton top-M kernel (root + pop loop, two launches
+    each: the grid kernel), and no sort spans the vocabulary (two-stage top-M)."""
     hlo = _lowered_round_hlo(pair, method)
     assert hlo.count("HloModule ") == 1
     assert _conditionals(hlo) == 0
     assert hlo.count('custom_call_target="__gpu$xla.gpu.triton"') == (
-        2 if method == "dominotree" else 0)
+        4 if method == "dominotree" else 0)
     selections = _selection_operand_types(hlo)
     assert bool(selections) == (method in ("ddtree", "dominotree"))  # chains: argmax only
     assert not [t for t in selections if "151936]" in t], selections

@@ -11,7 +11,8 @@ import pytest
 
 from dominotree_jax.tree import build_tree
 from dominotree_jax.tree.reference import build_tree_numpy
-from dominotree_jax.domino_head import topm_expand
+from dominotree_jax.domino_head import split_projection, topm_expand
+from pallas_kernels.topm_expand import KERNELS, expand_pallas
 
 
 def topm_expand_jnp(*ops, k):
@@ -19,7 +20,14 @@ def topm_expand_jnp(*ops, k):
 
 
 def topm_expand_pallas(*ops, k, interpret=False):
+    """The default kernel (``"grid"``) as the tree builder calls it."""
     return topm_expand(*ops, k, use_pallas="interpret" if interpret else True)
+
+
+def topm_expand_kernel(z, s, w1, base, w2, *, k, kernel, interpret=False):
+    """One named kernel (``KERNELS``) on the operands ``topm_expand`` takes."""
+    a, w1s = split_projection(z, w1)
+    return expand_pallas(a, s, w1s, base, w2, k, interpret=interpret, kernel=kernel)
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -33,15 +41,20 @@ def operands(seed, H, G, E, M, *, scale=2.0):
 
 
 @functools.lru_cache(maxsize=None)
-def jitted(k, pallas):
-    if pallas:
+def jitted(k, kernel):
+    """The jnp twin (``kernel`` None), the builder's default kernel (``"default"``) or a named
+    one, interpreted."""
+    if kernel == "default":
         return jax.jit(functools.partial(topm_expand_pallas, k=k, interpret=True))
+    if kernel is not None:
+        return jax.jit(functools.partial(topm_expand_kernel, k=k, kernel=kernel,
+                                         interpret=True))
     return jax.jit(functools.partial(topm_expand_jnp, k=k))
 
 
-def check(ops, k, *, exact=False):
-    idx_j, lp_j = jitted(k, False)(*ops)
-    idx_p, lp_p = jitted(k, True)(*ops)
+def check(ops, k, *, exact=False, kernel="default"):
+    idx_j, lp_j = jitted(k, None)(*ops)
+    idx_p, lp_p = jitted(k, kernel)(*ops)
     assert idx_p.shape == (k,) and idx_p.dtype == np.int32 and lp_p.dtype == np.float32
     np.testing.assert_array_equal(idx_p, idx_j)
     if exact:
@@ -63,8 +76,23 @@ def check(ops, k, *, exact=False):
     (64, 32, 256, 300, 8),    # E=256, M a few hundred
 ])
 @pytest.mark.parametrize("seed", range(4))
-def test_kernel_matches_jnp(H, G, E, M, k, seed):
-    check(operands(seed, H, G, E, M), k)
+@pytest.mark.parametrize("kernel", ["default", "single"])   # "default" is the grid kernel
+def test_kernel_matches_jnp(H, G, E, M, k, seed, kernel):
+    check(operands(seed, H, G, E, M), k, kernel=kernel)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_kernel_matches_jnp_in_a_batch(kernel):
+    """vmapped over three rows (one program, or one grid row, per batch row)."""
+    H, G, E, M, k = 64, 48, 40, 70, 8   # G and E pad to 64: the grid kernel has 4 E blocks
+    rows = [operands(seed, H, G, E, M) for seed in range(3)]
+    batch = [np.stack(parts) for parts in zip(*rows)]
+    idx_b, lp_b = jax.jit(jax.vmap(functools.partial(topm_expand_kernel, k=k, kernel=kernel,
+                                                     interpret=True)))(*batch)
+    for r, ops in enumerate(rows):
+        idx_j, lp_j = jitted(k, None)(*ops)
+        np.testing.assert_array_equal(np.asarray(idx_b[r]), np.asarray(idx_j))
+        np.testing.assert_allclose(np.asarray(lp_b[r]), np.asarray(lp_j), rtol=1e-6, atol=1e-5)
 
 
 def test_ties_lowest_index_first():
@@ -188,7 +216,8 @@ def test_builder_lowers_with_kernel_for_cuda():
     text = _lower_for_cuda(fn, ((K, V), bf16), ((K, H), bf16), ((), np.int32), ((V, H), bf16),
                            ((3 * G, H), bf16), ((3 * G, G), bf16), ((E, H + G), bf16),
                            ((V, E), bf16))
-    assert text.count("xla.gpu.triton") == 2  # root expansion + the pop loop body
+    # root expansion + the pop loop body, two launches each (the grid kernel)
+    assert text.count("xla.gpu.triton") == 4
 
 
 def test_resolve_use_pallas(monkeypatch):
@@ -249,33 +278,50 @@ POW2 = {1 << i for i in range(16)}
     (1024, 256, 64, 8, 8, 3),    # the same, another launch variant
     (24, 20, 300, 16, 2, 2),     # M padded to 512, G and E to 32
 ])
-def test_kernel_triton_ir_parses_and_verifies(G, E, M, k, warps, stages):
-    """The Triton IR that XLA would hand to Triton (the custom call's serialized module) parses
-    with jaxlib's Triton dialect and passes the MLIR verifier; every tensor has power-of-two
-    extents, the kernel is one ``scf.for`` over E blocks with k max-and-mask rounds, and the
-    launch settings are the ones asked for."""
-    from pallas_kernels.topm_expand import expand_pallas
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_kernel_triton_ir_parses_and_verifies(G, E, M, k, warps, stages, kernel):
+    """The Triton IR that XLA would hand to Triton (each custom call's serialized module)
+    parses with jaxlib's Triton dialect and passes the MLIR verifier; every tensor has
+    power-of-two extents and the launch settings are the ones asked for. ``"single"``: one
+    kernel, one ``scf.for`` over E blocks, then k max-and-mask rounds. ``"grid"``: a kernel over
+    a grid of E blocks (``E / 16`` programs) storing each block's share, then the top-k
+    kernel."""
     f32 = np.float32
-    fn = functools.partial(expand_pallas, k=k, num_warps=warps, num_stages=stages)
+    fn = functools.partial(expand_pallas, k=k, num_warps=warps, num_stages=stages,
+                           kernel=kernel)
     lowered = _lowered_for_cuda(fn, ((E,), f32), ((G,), f32), ((E, G), f32), ((M,), f32),
                                 ((M, E), f32))
-    (config, ir_bytes), = _triton_calls(lowered)
-    assert config == {"num_warps": f"{warps} : i32", "num_stages": f"{stages} : i32"}
-    text = _parse_triton(ir_bytes)
-    assert text.count("tt.func public") == 1 and text.count("scf.for") == 1
-    for shape in re.findall(r"tensor<([0-9x]+)x(?:f32|i32|i1|!tt)", text):
-        assert all(int(n) in POW2 for n in shape.split("x")), shape
-    assert text.count("tt.store") == 2  # idx and lp
-    assert text.count("tt.reduce") >= 2 * k  # max and argmin-style pick per round
+    calls = _triton_calls(lowered)
+    assert len(calls) == (1 if kernel == "single" else 2)
+    texts = []
+    for config, ir_bytes in calls:
+        assert config == {"num_warps": f"{warps} : i32", "num_stages": f"{stages} : i32"}
+        texts.append(_parse_triton(ir_bytes))
+        assert texts[-1].count("tt.func public") == 1
+        for shape in re.findall(r"tensor<([0-9x]+)x(?:f32|i32|i1|!tt)", texts[-1]):
+            assert all(int(n) in POW2 for n in shape.split("x")), shape
+    top_k = texts[-1]
+    assert top_k.count("tt.store") == 2  # idx and lp
+    assert top_k.count("tt.reduce") >= 2 * k  # max and argmin-style pick per round
+    if kernel == "single":
+        assert top_k.count("scf.for") == 1
+    else:
+        shares, = texts[:1]
+        assert shares.count("tt.store") == 1 and "tt.reduce" in shares
+        assert "tt.get_program_id x" in shares and "scf.for" not in top_k
+        blocks = max(16, 1 << (E - 1).bit_length()) // 16   # E padded, 16 rows a program
+        assert re.findall(r"grid_x = (\d+)", lowered.as_text()) == [str(blocks), "1"]
 
 
 
 @pytest.mark.parametrize("capability", [80, 90])
 @pytest.mark.parametrize("warps,stages", [(4, 1), (8, 1), (4, 2)])
-def test_pip_triton_compiles_the_kernel_ir(capability, warps, stages, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_pip_triton_compiles_the_kernel_ir(capability, warps, stages, kernel, tmp_path,
+                                           monkeypatch):
     """pip ``triton``, where importable (the GPU image has it; this venv does not), compiles
-    the verified IR to PTX and a cubin for sm_80 / sm_90a without a GPU, for each launch
-    variant the GPU suite times."""
+    each kernel's verified IR to PTX and a cubin for sm_80 / sm_90a without a GPU, for each
+    launch variant the GPU suite times."""
     triton = pytest.importorskip("triton", reason="pip triton is not installed here: the "
                                  "kernel's Triton IR is parsed and verified, not compiled")
     from triton.backends.compiler import GPUTarget
@@ -283,15 +329,18 @@ def test_pip_triton_compiles_the_kernel_ir(capability, warps, stages, tmp_path, 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     f32 = np.float32
     G, E, M, k = 1024, 256, 64, 8  # the Qwen3 Domino-b16 head
-    fn = functools.partial(expand_pallas, k=k, num_warps=warps, num_stages=stages)
+    fn = functools.partial(expand_pallas, k=k, num_warps=warps, num_stages=stages,
+                           kernel=kernel)
     lowered = _lowered_for_cuda(fn, ((E,), f32), ((G,), f32), ((E, G), f32), ((M,), f32),
                                 ((M, E), f32))
-    (_, ir_bytes), = _triton_calls(lowered)
-    path = tmp_path / "topm_expand.ttir"
-    path.write_text(_parse_triton(ir_bytes))
-    compiled = triton.compile(str(path), target=GPUTarget("cuda", capability, 32),
-                              options=dict(num_warps=warps, num_stages=stages))
-    arch = "sm_90a" if capability == 90 else f"sm_{capability}"
-    assert f".target {arch}" in compiled.asm["ptx"]
-    assert len(compiled.asm["cubin"]) > 1000
-    assert compiled.metadata.num_warps == warps
+    calls = _triton_calls(lowered)
+    assert len(calls) == (1 if kernel == "single" else 2)
+    for i, (_, ir_bytes) in enumerate(calls):
+        path = tmp_path / f"topm_expand_{i}.ttir"
+        path.write_text(_parse_triton(ir_bytes))
+        compiled = triton.compile(str(path), target=GPUTarget("cuda", capability, 32),
+                                  options=dict(num_warps=warps, num_stages=stages))
+        arch = "sm_90a" if capability == 90 else f"sm_{capability}"
+        assert f".target {arch}" in compiled.asm["ptx"]
+        assert len(compiled.asm["cubin"]) > 1000
+        assert compiled.metadata.num_warps == warps

@@ -1,7 +1,8 @@
-"""The kernel check: the Pallas top-M expansion (``pallas_kernels/topm_expand.py``) against its
-jnp twin (``domino_head.expand_split_jnp``) at a drafter's Domino-head shapes (indices equal,
-log-probs within ``LP_TOL``, time per pop), ``build_tree`` with vs without it, and the pop time of
-each Triton launch variant; and which tree expansion the rounds then use."""
+"""The kernel check: the Pallas top-M expansion (``pallas_kernels/topm_expand.py``; both
+kernels, ``KERNELS``: the default grid of E blocks and the single program) against its jnp twin
+(``domino_head.expand_split_jnp``) at a drafter's Domino-head shapes (indices equal, log-probs
+within ``LP_TOL``, time per pop), ``build_tree`` with vs without the default kernel, and the pop
+time of each Triton launch variant of it; and which tree expansion the rounds then use."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import numpy as np
 from dominotree_jax.domino_head import expand_split_jnp, split_projection
 from dominotree_jax.measure.timing import interleaved_medians
 from dominotree_jax.tree import build_tree
-from pallas_kernels.topm_expand import expand_padded_pallas, pad_operands
+from pallas_kernels.topm_expand import KERNELS, expand_padded_pallas, pad_operands
 
 from benchmarks.gpu.configs import BUDGET, NODE_TOPK, TOP_M, PairSpec
 from benchmarks.gpu.control import calling, error_line
@@ -73,12 +74,15 @@ SMOLLM2_KERNEL = KernelShapes(H=576, G=256, E=128, V=49152, J=8)
 
 def check_kernel(shapes: KernelShapes, *, interpret: bool, seeds: int, repeats: int,
                  inner: int = 1, variants=()) -> dict:
-    """Kernel vs jnp twin (results and per-pop time), ``build_tree`` with vs without it, and
-    the pop time of each Triton launch variant ``(num_warps, num_stages)`` in ``variants``."""
+    """Each kernel (``KERNELS``; the first is the default the builder runs) vs the jnp twin
+    (results and per-pop time), ``build_tree`` with vs without the default kernel, and its pop
+    time with each Triton launch variant ``(num_warps, num_stages)`` in ``variants``."""
     H, G, E, V, J = shapes.H, shapes.G, shapes.E, shapes.V, shapes.J
     # one pop as the builder runs it: split projection, operands padded once per round
     pop_jnp = jax.jit(functools.partial(expand_split_jnp, k=NODE_TOPK))
-    pop_pal = jax.jit(functools.partial(expand_padded_pallas, k=NODE_TOPK, interpret=interpret))
+    pops_pal = {name: jax.jit(functools.partial(expand_padded_pallas, k=NODE_TOPK,
+                                                interpret=interpret, kernel=name))
+                for name in KERNELS}
 
     def pop_operands(seed):
         z, s, w1, base, w2 = kernel_operands(jax.random.key(seed), H, G, E)
@@ -89,12 +93,15 @@ def check_kernel(shapes: KernelShapes, *, interpret: bool, seeds: int, repeats: 
     same_idx, max_diff = True, 0.0
     for seed in range(seeds):
         plain, padded = pop_operands(seed)
-        (ij, lj), (ip, lp) = pop_jnp(*plain), pop_pal(*padded)
-        same_idx &= bool(np.array_equal(np.asarray(ij), np.asarray(ip)))
-        max_diff = max(max_diff, float(np.abs(np.asarray(lj) - np.asarray(lp)).max()))
+        ij, lj = pop_jnp(*plain)
+        for pop_pal in pops_pal.values():
+            ip, lp = pop_pal(*padded)
+            same_idx &= bool(np.array_equal(np.asarray(ij), np.asarray(ip)))
+            max_diff = max(max_diff, float(np.abs(np.asarray(lj) - np.asarray(lp)).max()))
     plain, padded = pop_operands(123)
     pop = interleaved_medians({"jnp": calling(pop_jnp, *plain),
-                               "pallas": calling(pop_pal, *padded)}, repeats, inner)
+                               **{name: calling(fn, *padded) for name, fn in pops_pal.items()}},
+                              repeats, inner)
 
     statics = dict(method="dominotree", budget=BUDGET, node_topk=NODE_TOPK, top_m=TOP_M,
                    prefix_len=1)
@@ -118,7 +125,8 @@ def check_kernel(shapes: KernelShapes, *, interpret: bool, seeds: int, repeats: 
                 mode="interpret" if interpret else "compiled", seeds=seeds,
                 indices_equal=same_idx, max_abs_dlp=max_diff,
                 kernel_ok=same_idx and max_diff <= LP_TOL, pop_jnp_us=1e3 * pop["jnp"],
-                pop_pallas_us=1e3 * pop["pallas"], trees_equal=same_tree,
+                pop_pallas_us=1e3 * pop[KERNELS[0]],
+                pop_kernels_us={name: 1e3 * pop[name] for name in KERNELS}, trees_equal=same_tree,
                 build_jnp_ms=build_jnp, build_pallas_ms=build_pal)
 
 
@@ -148,7 +156,8 @@ def failed_kernel_row(shapes: KernelShapes, interpret: bool, err: Exception) -> 
     nan = float("nan")
     return dict(shapes=str(shapes), mode="interpret" if interpret else "compiled", seeds=0,
                 indices_equal=False, max_abs_dlp=nan, kernel_ok=False, pop_jnp_us=nan,
-                pop_pallas_us=nan, trees_equal=False, build_jnp_ms=nan, build_pallas_ms=nan,
+                pop_pallas_us=nan, pop_kernels_us={name: nan for name in KERNELS},
+                trees_equal=False, build_jnp_ms=nan, build_pallas_ms=nan,
                 error=error_line(err), traceback=traceback.format_exc(), variants={})
 
 

@@ -120,18 +120,22 @@ def bandwidth_line(entry: dict, env: dict) -> str:
 
 
 def kernel_table(rows: dict[str, dict]) -> list[str]:
-    out = ["| drafter | shapes | mode | kernel vs jnp | max abs dlp | pop jnp us | pop Pallas us "
-           "| build_tree same | build jnp ms | build Pallas ms |",
+    out = ["| drafter | shapes | mode | kernels vs jnp | max abs dlp | pop jnp us | pop Pallas us "
+           "(grid / single) | build_tree same | build jnp ms | build Pallas ms |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
+        # reports written before the grid kernel hold one Pallas pop (the single program)
+        kernels = r.get("pop_kernels_us") or {"single": r["pop_pallas_us"]}
+        pops = " / ".join(f"{kernels[k]:.1f}" if k in kernels else "-" for k in ("grid", "single"))
         out.append(f"| {name} | {r['shapes']} | {r['mode']} | {verdict(r['kernel_ok'])} "
                    f"({r['seeds']} inputs) | {r['max_abs_dlp']:.1e} | {r['pop_jnp_us']:.1f} "
-                   f"| {r['pop_pallas_us']:.1f} | {verdict(r['trees_equal'])} "
+                   f"| {pops} | {verdict(r['trees_equal'])} "
                    f"| {r['build_jnp_ms']:.3f} | {r['build_pallas_ms']:.3f} |")
     variant_rows = [(name, r["variants"]) for name, r in rows.items() if r.get("variants")]
     if variant_rows:
         names = list(variant_rows[0][1])
-        out += ["", "| drafter | " + " | ".join(f"pop us, {v} (warps x stages)" for v in names)
+        out += ["", "| drafter | " + " | ".join(f"pop us, {v} (warps x stages, grid kernel)"
+                                               for v in names)
                 + " |", "|---|" + "---|" * len(names)]
         for name, variants in variant_rows:
             out.append(f"| {name} | " + " | ".join(

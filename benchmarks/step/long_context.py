@@ -13,10 +13,13 @@ call is ~5-6 s of prefill around ~2 s of 96 decode steps (Zen 5, 2 cores), so th
 noise moves the per-step figure by 10-15 %: read one run as a rough ratio. So the ``ar`` step
 is also timed alone: the prompt prefilled once, then a compiled loop of greedy target steps on
 a copy of that cache (the target's forward and head only, without ``decode``'s sampling and
-bookkeeping), ``D`` steps minus ``5``.
+bookkeeping), ``D`` steps minus ``5``; and the decode loop's round itself, ``ar`` and a
+budget-16 DominoTree round, each as one compiled program on a prefilled cache (``round
+stages``' "fused" program, ``--round-repeats`` interleaved calls): the steadiest figure for the
+round's growth with the context (the differences above carry the prefill's noise).
 
     python -m benchmarks step long_context [--contexts 64 4000] [--runs 3] [--decode 32]
-        [--spec 48] [--precision float32] [--out FILE.md]
+        [--spec 48] [--round-repeats 21] [--rounds-only] [--precision float32] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -120,6 +123,45 @@ def ar_steps_alone(pair, contexts, runs: int, steps: int) -> list[dict]:
     return rows
 
 
+def rounds_alone(pair, contexts, repeats: int) -> list[dict]:
+    """ms per call of the decode loop's own round program on a prefilled cache at each context,
+    no prefill timed: the ``ar`` step and a budget-16 DominoTree round (``round stages``' "fused"
+    program, T 0, the round's start fixed so every call redoes the same round), all programs'
+    calls interleaved (``interleaved_medians``, ``repeats`` each)."""
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks.round.stages import Stages, ar_step, prefilled_context
+    from dominotree_jax.measure.timing import interleaved_medians
+    configs = {m: pair.config(m, max_new_tokens=64, budget=16) for m in ("ar", "dominotree")}
+    copy = functools.partial(jax.tree.map, jnp.copy)   # fresh buffers: the programs donate
+    fns = {}
+    for n in contexts:
+        slots = n + configs["dominotree"].num_draft_nodes + 1 + 64
+        cache0, ctx0, t0_B, start_B = prefilled_context(pair, n, slots)
+        step, fused = ar_step(pair, configs["ar"]), Stages(pair, configs["dominotree"]).fused
+        state = {"ar": copy(cache0), "dominotree": (copy(cache0), copy(ctx0))}
+
+        def run_ar(state=state, step=step, t0_B=t0_B, start_B=start_B):
+            tok, state["ar"] = step(pair.params, state["ar"], t0_B, start_B)
+            jax.block_until_ready(tok)
+
+        def run_tree(state=state, fused=fused, t0_B=t0_B, start_B=start_B):
+            state["dominotree"] = fused(pair.params, *state["dominotree"], t0_B, start_B)
+            jax.block_until_ready(state["dominotree"])
+
+        fns[f"{n}/ar"], fns[f"{n}/dominotree"] = run_ar, run_tree
+        print(f"compiled the rounds alone at context {n}", flush=True)
+    ms = interleaved_medians(fns, repeats)
+    rows = [dict(context=n, ar_ms=ms[f"{n}/ar"], round_ms=ms[f"{n}/dominotree"])
+            for n in contexts]
+    for r in rows:
+        r["ar_x_short"] = r["ar_ms"] / rows[0]["ar_ms"]
+        r["round_x_short"] = r["round_ms"] / rows[0]["round_ms"]
+        r["round_x_ar"] = r["round_ms"] / r["ar_ms"]
+    return rows
+
+
 def measure(pair, contexts, runs: int, decode: int, spec: int) -> list[dict]:
     import numpy as np
     calls, meta = [], []
@@ -178,6 +220,17 @@ def alone_table(rows, args) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rounds_table(rows, repeats: int) -> str:
+    lines = ["", f"The decode loop's round alone on a prefilled cache (`round stages`' fused "
+             f"program: no prefill in the timed calls; median of {repeats} interleaved calls):",
+             "", "| context | `ar` step ms | x the shortest | DominoTree round ms | x the "
+             "shortest | x this context's `ar` step |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['context']} | {r['ar_ms']:.2f} | {r['ar_x_short']:.2f} | "
+              f"{r['round_ms']:.2f} | {r['round_x_short']:.2f} | {r['round_x_ar']:.2f} |"
+              for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -196,19 +249,40 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--decode", type=int, default=32, help="ar tokens timed per context")
     ap.add_argument("--spec", type=int, default=48, help="DominoTree tokens timed per context")
+    ap.add_argument("--round-repeats", type=int, default=21,
+                    help="calls of each round program alone (0: skip that table)")
+    ap.add_argument("--rounds-only", action="store_true",
+                    help="only the rounds alone (no decode calls, no step loop)")
     add_precision_argument(ap, pairs=False, choices=BENCHMARKED_PRECISIONS)
     ap.add_argument("--out", default=str(RESULTS / "long_context" / "step_and_round.md"))
     args = ap.parse_args(argv)
     if sorted(args.contexts) != args.contexts or args.contexts[0] < 16:
         raise SystemExit("--contexts must be increasing lengths of at least 16 tokens")
+    if args.rounds_only and not args.round_repeats:
+        raise SystemExit("--rounds-only needs --round-repeats > 0")
     from dominotree_jax.measure.default_pair import load_models
     pair, _, _ = load_models(None, None, args.precision)
-    alone = ar_steps_alone(pair, args.contexts, args.runs, args.decode)
+    alone = [] if args.rounds_only else ar_steps_alone(pair, args.contexts, args.runs,
+                                                       args.decode)
     for r in alone:
         print(f"ar step alone, context {r['context']}: {r['ms_per_step']:.2f} ms "
               f"({r['x_short']:.2f}x)", flush=True)
-    rows = measure(pair, args.contexts, args.runs, args.decode, args.spec)
-    text = table(rows, args, cpu_name(), argv) + alone_table(alone, args)
+    alone_rounds = (rounds_alone(pair, args.contexts, args.round_repeats)
+                    if args.round_repeats else [])
+    for r in alone_rounds:
+        print(f"rounds alone, context {r['context']}: ar {r['ar_ms']:.2f} ms "
+              f"({r['ar_x_short']:.2f}x), DominoTree {r['round_ms']:.2f} ms "
+              f"({r['round_x_short']:.2f}x)", flush=True)
+    if args.rounds_only:
+        text = (f"# The decode loop's round at long contexts ({args.precision})\n\n"
+                f"`{command_line('step', 'long_context', argv)}`\n\n{cpu_name()}, "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, batch 1, T 0.\n"
+                + rounds_table(alone_rounds, args.round_repeats))
+    else:
+        rows = measure(pair, args.contexts, args.runs, args.decode, args.spec)
+        text = table(rows, args, cpu_name(), argv) + alone_table(alone, args)
+        if alone_rounds:
+            text += rounds_table(alone_rounds, args.round_repeats)
     print(text)
     with open(args.out, "w") as f:
         f.write(text)

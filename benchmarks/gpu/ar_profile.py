@@ -1,0 +1,219 @@
+"""Where the AR step's time goes on the device (issue 47 item 3): a profile of one pair's AR
+step, kernel by kernel, against the bandwidth roof.
+
+The pair's AR step, as the suite times it (the ``ar`` round: a one-row verify, argmax, commit;
+random bf16 weights at real size, ``--context`` committed slots), runs ``--steps`` times under
+``jax.profiler``. Each profiled operation is matched to its instruction in the compiled program
+(by the event's ``hlo_op``, which XLA's CPU and GPU events carry) and its time per step
+is set beside the bytes that instruction names: its operands' and its result's sizes, an upper
+bound of what it reads and writes (a slice reads less than its operand). The table lists the
+instructions by time, with the achieved GB/s of each; the summary sets the kernels' total and
+the step's wall time beside the roof (the weights and the live cache read once at the device's
+peak bandwidth, ``configs.peak_bandwidth``).
+
+    python -m benchmarks gpu ar_profile [--pair qwen3-4b-domino] [--steps 20] [--context 512]
+        [--top 30] [--out FILE.md] [--tiny]
+
+On a GPU at real size (the prepared device run); ``--tiny`` anywhere (the CPU's own operations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import re
+import statistics
+import tempfile
+import time
+
+import jax
+
+from benchmarks.common import RESULTS, command_line
+from benchmarks.gpu.configs import peak_bandwidth, real_pairs, tiny_pairs
+from benchmarks.gpu.measure import ar_bytes, ar_step, prepare_pair
+from benchmarks.gpu.rounds import round_stage
+
+_DEFINITION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*?) ([\w\-]+)\((.*)$")
+_ARRAY = re.compile(r"\b(pred|[a-z]+\d+(?:e\d+m\d+\w*)?)\[([\d,]*)\]")
+_OPERAND = re.compile(r"%([\w.\-]+)")
+_TARGET = re.compile(r'custom_call_target="([^"]+)"')
+_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
+             "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
+# instructions whose events span other instructions' (loops, branches, calls): not counted
+CONTAINERS = {"while", "conditional", "call", "async-start", "async-done", "async-update"}
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO shape text (an array ``f32[3,4]{1,0}`` or a tuple of them); 8-bit
+    floats count 1 byte."""
+    total = 0
+    for dtype, dims in _ARRAY.findall(shape):
+        n = 1
+        for d in filter(None, dims.split(",")):
+            n *= int(d)
+        total += n * _ITEMSIZE.get(dtype, 1)
+    return total
+
+
+def instructions(hlo_text: str) -> dict[str, dict]:
+    """``{name: {opcode, kind, bytes}}`` of a compiled module's instructions: ``bytes`` = the
+    result's size + each operand's; ``kind`` = the opcode, or a custom call's target."""
+    shapes, rows = {}, []
+    for line in hlo_text.splitlines():
+        m = _DEFINITION.match(line)
+        if not m:
+            continue
+        name, shape, opcode, rest = m.groups()
+        shapes[name] = shape_bytes(shape)
+        args = rest.split("calls=")[0].split("metadata=")[0].split("custom_call_target=")[0]
+        target = _TARGET.search(rest)
+        rows.append((name, opcode, target.group(1) if target else opcode,
+                     [a for a in _OPERAND.findall(args) if a != name]))
+    return {name: dict(opcode=opcode, kind=kind,
+                       bytes=shapes[name] + sum(shapes.get(a, 0) for a in operands))
+            for name, opcode, kind, operands in rows}
+
+
+def operation_times(events: list[dict], known: dict[str, dict]) -> dict[str, list[float]]:
+    """Microseconds of each profiled operation of the program, by instruction name: the
+    events that name their instruction in ``args.hlo_op`` (XLA's operation events, a GPU's
+    kernels); where none does, the events named as an instruction. Containers are left out."""
+    out = collections.defaultdict(list)
+    for name, dur in _matched(events):
+        if name in known and known[name]["opcode"] not in CONTAINERS:
+            out[name].append(dur)
+    return dict(out)
+
+
+def matched_by(events: list[dict]) -> str:
+    """How ``operation_times`` reads these events (for the report)."""
+    return ("events' hlo_op" if any("hlo_op" in e.get("args", {}) for e in events)
+            else "event names")
+
+
+def _matched(events: list[dict]):
+    """``(instruction, us)`` per event; where the trace has device processes (a GPU's
+    ``/device:...`` streams), only their events (host-side launch events may name the same
+    instructions)."""
+    device_pids = {e.get("pid") for e in events if e.get("ph") == "M"
+                   and e.get("name") == "process_name"
+                   and str(e.get("args", {}).get("name", "")).startswith("/device:")}
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e
+             and (not device_pids or e.get("pid") in device_pids)]
+    device = [e for e in spans if "hlo_op" in e.get("args", {})]
+    for e in device or spans:
+        yield (e["args"]["hlo_op"] if device else e["name"]), float(e["dur"])
+
+
+def trace_events(log_dir: str) -> list[dict]:
+    (path,) = glob.glob(f"{log_dir}/**/*.trace.json.gz", recursive=True)
+    with gzip.open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
+def profile_rows(times: dict[str, list[float]], known: dict[str, dict], steps: int) -> list:
+    rows = []
+    for name, durs in times.items():
+        us = sum(durs) / steps
+        calls = len(durs) / steps
+        moved = known[name]["bytes"] * calls
+        rows.append(dict(name=name, kind=known[name]["kind"], calls=calls, us=us,
+                         bytes=moved, gbps=moved / (us * 1e3) if us > 0 else 0.0))
+    return sorted(rows, key=lambda r: -r["us"])
+
+
+def profile_ar_step(spec, *, context: int, steps: int, repeats: int) -> dict:
+    """The AR step's wall time (median of ``repeats``), its compiled program's instructions and
+    their profiled time per step over ``steps`` steps."""
+    run = prepare_pair(spec, context=context, max_new_tokens=max(32, steps), repeats=repeats,
+                       inner=1, use_pallas=False)
+    call = ar_step(run)
+    bufs = run.fresh()
+    hlo = round_stage.lower(run.params, bufs["cache"], None, bufs["out"], run.t0_B, run.start_B,
+                            run.n_B, config=run.configs["ar"]).compile().as_text()
+    known = instructions(hlo)
+    wall = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(call())
+        wall.append(1e3 * (time.perf_counter() - t))
+    with tempfile.TemporaryDirectory() as log_dir:
+        with jax.profiler.trace(log_dir):
+            for _ in range(steps):
+                out = call()
+            jax.block_until_ready(out)
+        events = trace_events(log_dir)
+    rows = profile_rows(operation_times(events, known), known, steps)
+    return dict(rows=rows, step_ms=statistics.median(wall), matched=matched_by(events),
+                roof_bytes=ar_bytes(spec, context), instructions=len(known))
+
+
+def report(result: dict, *, spec_name: str, context: int, steps: int, top: int, argv) -> str:
+    device = jax.devices()[0]
+    peak = peak_bandwidth(device.device_kind)
+    rows = result["rows"]
+    kernel_us = sum(r["us"] for r in rows)
+    named = sum(r["bytes"] for r in rows)
+    roof_ms = result["roof_bytes"] / peak * 1e3 if peak else None
+    lines = [f"# The AR step, kernel by kernel: {spec_name}", "",
+             f"`{command_line('gpu', 'ar_profile', argv)}`", "",
+             f"{device.device_kind} ({jax.default_backend()}), jax {jax.__version__}, "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; context {context}, "
+             f"{steps} profiled steps.", "",
+             f"- step (wall, unprofiled, median): {result['step_ms']:.3f} ms; profiled "
+             f"operations: {kernel_us / 1e3:.3f} ms a step in {len(rows)} instructions (of "
+             f"{result['instructions']} in the program; matched by {result['matched']})",
+             f"- bytes a step must read (weights + live cache): "
+             f"{result['roof_bytes'] / 1e9:.4g} GB"
+             + (f"; at {peak / 1e12:.2f} TB/s that is {roof_ms:.3f} ms: the step runs at "
+                f"{100 * roof_ms / result['step_ms']:.0f} % of the roof" if peak else
+                " (device peak unknown)"),
+             f"- bytes the profiled instructions name (operands + results, an upper bound): "
+             f"{named / 1e9:.4g} GB a step", "",
+             "| instruction | kind | calls / step | us / step | share | MB / step | GB/s |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows[:top]:
+        lines.append(f"| {r['name']} | {r['kind']} | {r['calls']:.0f} | {r['us']:.1f} | "
+                     f"{100 * r['us'] / kernel_us:.1f} % | {r['bytes'] / 1e6:.2f} | "
+                     f"{r['gbps']:.0f} |")
+    rest = rows[top:]
+    if rest:
+        us = sum(r["us"] for r in rest)
+        lines.append(f"| ({len(rest)} more) | | | {us:.1f} | {100 * us / kernel_us:.1f} % | "
+                     f"{sum(r['bytes'] for r in rest) / 1e6:.2f} | |")
+    kinds = collections.Counter()
+    for r in rows:
+        kinds[r["kind"]] += r["us"]
+    lines += ["", "By kind: " + "; ".join(f"{k} {us / 1e3:.3f} ms ({100 * us / kernel_us:.0f} %)"
+                                          for k, us in kinds.most_common())]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pair", default="qwen3-4b-domino")
+    ap.add_argument("--steps", type=int, default=20, help="AR steps profiled")
+    ap.add_argument("--repeats", type=int, default=20, help="unprofiled steps timed")
+    ap.add_argument("--context", type=int, default=None, help="committed slots (512; tiny 32)")
+    ap.add_argument("--top", type=int, default=30, help="instructions listed")
+    ap.add_argument("--tiny", action="store_true", help="the tiny pairs, on any backend")
+    ap.add_argument("--out", default=str(RESULTS / "gpu" / "ar_profile.md"))
+    args = ap.parse_args(argv)
+    pairs = tiny_pairs() if args.tiny else real_pairs()
+    if args.pair not in pairs:
+        ap.error(f"--pair must be one of {sorted(pairs)}")
+    if not (args.tiny or jax.default_backend() == "gpu"):
+        ap.error(f"real sizes need a GPU (backend is {jax.default_backend()!r}); use --tiny")
+    if args.steps < 1 or args.repeats < 1:
+        ap.error("--steps and --repeats must be >= 1")
+    context = args.context or (32 if args.tiny else 512)
+    result = profile_ar_step(pairs[args.pair], context=context, steps=args.steps,
+                             repeats=args.repeats)
+    text = report(result, spec_name=pairs[args.pair].name, context=context, steps=args.steps,
+                  top=args.top, argv=argv)
+    print(text)
+    with open(args.out, "w") as f:
+        f.write(text)
