@@ -14,9 +14,10 @@ imports nothing from ``dominotree_jax``; the head's pieces (``split_projection``
 twin live in ``dominotree_jax/domino_head.py``.
 
 Entry points: ``expand_pallas`` (split operands, padded here or by ``pad_operands`` once per
-round), ``pad_operands``, ``resolve_use_pallas`` (``True`` forces the kernel; ``"auto"`` takes the
-jnp twin everywhere: on an H200 the kernel measured slower, see ``resolve_use_pallas``),
-``kernel_compiles_on`` (CUDA compute capability >= 8.0: where ``True`` can run).
+round; ``kernel=`` one of ``KERNELS``), ``pad_operands``, ``resolve_use_pallas`` (``True``
+forces the kernel; ``"auto"`` takes the jnp twin everywhere: on an H200 the one-program kernel
+measured slower, see ``resolve_use_pallas``), ``kernel_compiles_on`` (CUDA compute capability
+>= 8.0: where ``True`` can run).
 
 Two kernels (``KERNELS``), the same arithmetic:
 
@@ -104,10 +105,11 @@ def resolve_use_pallas(use_pallas) -> tuple[bool, bool]:
 
     ``"auto"`` is the jnp twin on every device. Measured on an H200 (jax 0.11.2, 2026-12-04,
     ``benchmarks/results/gpu/``): at the Qwen3-4B Domino head's shapes (M 64, k 8) one pop took
-    67.8 us with the kernel and 48.5 us with the twin, a whole tree build 1.70 vs 1.04 ms, and
-    DominoTree's round 7.20 vs 6.57 ms; the 8B and SmolLM2 heads' pops and builds were slower
-    with the kernel too. ``True`` still runs it (CUDA compute capability >= 8.0,
-    ``kernel_compiles_on``); ``"interpret"`` runs it anywhere, slowly."""
+    67.8 us with the one-program kernel (now ``kernel="single"``) and 48.5 us with the twin, a
+    whole tree build 1.70 vs 1.04 ms, and DominoTree's round 7.20 vs 6.57 ms; the 8B and
+    SmolLM2 heads' pops and builds were slower with it too. The grid kernel that ``True`` now
+    runs (CUDA compute capability >= 8.0, ``kernel_compiles_on``) has not been timed on a GPU
+    yet; ``"interpret"`` runs it anywhere, slowly."""
     if use_pallas == "auto":
         return False, False
     if use_pallas == "interpret":
@@ -257,8 +259,9 @@ def expand_padded_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k: int, *, interpret: 
 def expand_pallas(a_E, s_G, w1s_EG, base_M, w2_ME, k: int, *, interpret: bool = False,
                   prepadded: bool = False, kernel: str = "grid", num_warps: int = NUM_WARPS,
                   num_stages: int = NUM_STAGES):
-    """Kernel on split operands → ``(idx [k] int32, lp [k] float32)``; ``prepadded`` says the
-    operands already came from ``pad_operands`` (the tree builder pads once per round)."""
+    """``kernel`` (``KERNELS``) on split operands → ``(idx [k] int32, lp [k] float32)``;
+    ``prepadded`` says the operands already came from ``pad_operands`` (the tree builder pads
+    once per round)."""
     if k > base_M.shape[-1]:
         raise ValueError(f"k={k} must not exceed M={base_M.shape[-1]}")
     if not prepadded:
