@@ -125,7 +125,6 @@ def check_kernel(shapes: KernelShapes, *, interpret: bool, seeds: int, repeats: 
                 mode="interpret" if interpret else "compiled", seeds=seeds,
                 indices_equal=same_idx, max_abs_dlp=max_diff,
                 kernel_ok=same_idx and max_diff <= LP_TOL, pop_jnp_us=1e3 * pop["jnp"],
-                pop_pallas_us=1e3 * pop[KERNELS[0]],
                 pop_kernels_us={name: 1e3 * pop[name] for name in KERNELS}, trees_equal=same_tree,
                 build_jnp_ms=build_jnp, build_pallas_ms=build_pal)
 
@@ -156,7 +155,7 @@ def failed_kernel_row(shapes: KernelShapes, interpret: bool, err: Exception) -> 
     nan = float("nan")
     return dict(shapes=str(shapes), mode="interpret" if interpret else "compiled", seeds=0,
                 indices_equal=False, max_abs_dlp=nan, kernel_ok=False, pop_jnp_us=nan,
-                pop_pallas_us=nan, pop_kernels_us={name: nan for name in KERNELS},
+                pop_kernels_us={name: nan for name in KERNELS},
                 trees_equal=False, build_jnp_ms=nan, build_pallas_ms=nan,
                 error=error_line(err), traceback=traceback.format_exc(), variants={})
 

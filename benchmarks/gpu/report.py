@@ -124,7 +124,8 @@ def kernel_table(rows: dict[str, dict]) -> list[str]:
            "(grid / single) | build_tree same | build jnp ms | build Pallas ms |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
-        # reports written before the grid kernel hold one Pallas pop (the single program)
+        # reports written before the grid kernel hold one Pallas pop, ``pop_pallas_us`` (the
+        # single program)
         kernels = r.get("pop_kernels_us") or {"single": r["pop_pallas_us"]}
         pops = " / ".join(f"{kernels[k]:.1f}" if k in kernels else "-" for k in ("grid", "single"))
         out.append(f"| {name} | {r['shapes']} | {r['mode']} | {verdict(r['kernel_ok'])} "

@@ -27,11 +27,9 @@ import tempfile
 import time
 
 from benchmarks.common import command_line
+from benchmarks.hlo_text import CONTAINERS, instructions
 
-_INSTR = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*? ([\w\-]+)\(")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
-_OPERAND = re.compile(r"%([\w.\-]+)")
-CONTAINERS = {"while", "conditional", "call", "async-start", "async-done"}
 
 
 def instruction_stages(hlo_text: str, stages) -> dict[str, str | None]:
@@ -41,17 +39,11 @@ def instruction_stages(hlo_text: str, stages) -> dict[str, str | None]:
     such an instruction takes the stage of the instructions it reads (else of those that use
     its result)."""
     rows, users = [], collections.defaultdict(list)
-    for line in hlo_text.splitlines():
-        m = _INSTR.match(line)
-        if not m:
-            continue
-        name, opcode = m.groups()
-        op = _OP_NAME.search(line)
-        args = line.split(" = ", 1)[1].split("calls=")[0].split("metadata=")[0]
-        operands = [a for a in _OPERAND.findall(args) if a != name]
-        for a in operands:
-            users[a].append(name)
-        rows.append((name, opcode, op.group(1) if op else "", operands))
+    for ins in instructions(hlo_text):
+        op = _OP_NAME.search(ins.rest)
+        for a in ins.operands:
+            users[a].append(ins.name)
+        rows.append((ins.name, ins.opcode, op.group(1) if op else "", ins.operands))
 
     def stage_of(op_name: str) -> str | None:
         hit = [s for s in stages if s in op_name]
