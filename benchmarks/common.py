@@ -85,6 +85,7 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
     "gpu": ("the prepared runs on a lent GPU (gpu_*.sh call these)", {
         "suite": "the Pallas kernel check and real-size round stages in one ~10-minute call",
         "ar_profile": "the AR step kernel by kernel (time, bytes, GB/s) against the roof",
+        "round_profile": "a round's stages inside the one compiled round (device time, idle, wall)",
         "carry": "a file larger than one device call takes, split / staged / joined in parts",
     }),
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from benchmarks import profile_trace
 from benchmarks.gpu import ar_profile
 
 HLO = """\
@@ -46,17 +47,17 @@ def test_operation_times_prefer_device_events_and_skip_containers():
     cpu = [dict(ph="X", name="fusion.1", dur=5.0), dict(ph="X", name="w", dur=50.0),
            dict(ph="X", name="ThunkExecutor::Execute", dur=90.0),
            dict(ph="X", name="cc", dur=2.0), dict(ph="X", name="cc", dur=3.0)]
-    assert ar_profile.operation_times(cpu, known) == {"fusion.1": [5.0], "cc": [2.0, 3.0]}
+    assert profile_trace.operation_times(cpu, known) == {"fusion.1": [5.0], "cc": [2.0, 3.0]}
     gpu = cpu + [dict(ph="X", name="gemm_kernel_xyz", dur=7.0, args={"hlo_op": "cc"})]
-    assert ar_profile.operation_times(gpu, known) == {"cc": [7.0]}   # host events dropped
-    assert ar_profile.matched_by(gpu) == "events' hlo_op"
-    assert ar_profile.matched_by(cpu) == "event names"
+    assert profile_trace.operation_times(gpu, known) == {"cc": [7.0]}   # host events dropped
+    assert profile_trace.matched_by(gpu) == "events' hlo_op"
+    assert profile_trace.matched_by(cpu) == "event names"
     # a trace with device streams: only their events count (the host's launches are dropped)
     named = [dict(ph="M", name="process_name", pid=1, args={"name": "/host:CPU"}),
              dict(ph="M", name="process_name", pid=2, args={"name": "/device:GPU:0"}),
              dict(ph="X", pid=1, name="launch", dur=1.0, args={"hlo_op": "cc"}),
              dict(ph="X", pid=2, name="gemm", dur=4.0, args={"hlo_op": "cc"})]
-    assert ar_profile.operation_times(named, known) == {"cc": [4.0]}
+    assert profile_trace.operation_times(named, known) == {"cc": [4.0]}
     rows = ar_profile.profile_rows({"cc": [7.0, 7.0]}, known, steps=2)
     assert rows[0]["calls"] == 1 and rows[0]["us"] == 7.0
     assert rows[0]["gbps"] == known["cc"]["bytes"] / 7e3

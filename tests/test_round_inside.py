@@ -5,7 +5,8 @@ XLA:CPU makes late."""
 from __future__ import annotations
 
 import dominotree_jax as dj
-from benchmarks.round.inside import instruction_stages, profile_method
+from benchmarks.hlo_text import instruction_stages
+from benchmarks.round.inside import profile_method
 from spec_fixtures import tiny_pair
 
 STAGES = ("stage_draft", "stage_verify")

@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
-import gzip
-import json
 import re
 import statistics
 import tempfile
@@ -35,8 +32,8 @@ from benchmarks.common import RESULTS, command_line
 from benchmarks.gpu.configs import peak_bandwidth, real_pairs, tiny_pairs
 from benchmarks.gpu.measure import ar_bytes, prepare_pair
 from benchmarks.gpu.rounds import round_stage
-from benchmarks.hlo_text import CONTAINERS
 from benchmarks.hlo_text import instructions as hlo_text_instructions
+from benchmarks.profile_trace import matched_by, operation_times, trace_events
 
 _ARRAY = re.compile(r"\b(pred|[a-z]+\d+(?:e\d+m\d+\w*)?)\[([\d,]*)\]")
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
@@ -68,43 +65,6 @@ def instructions(hlo_text: str) -> dict[str, dict]:
                              bytes=shapes[ins.name] + sum(shapes.get(a, 0)
                                                           for a in ins.operands))
     return out
-
-
-def operation_times(events: list[dict], known: dict[str, dict]) -> dict[str, list[float]]:
-    """Microseconds of each profiled operation of the program, by instruction name: the
-    events that name their instruction in ``args.hlo_op`` (XLA's operation events, a GPU's
-    kernels); where none does, the events named as an instruction. Containers are left out."""
-    out = collections.defaultdict(list)
-    for name, dur in _matched(events):
-        if name in known and known[name]["opcode"] not in CONTAINERS:
-            out[name].append(dur)
-    return dict(out)
-
-
-def matched_by(events: list[dict]) -> str:
-    """How ``operation_times`` reads these events (for the report)."""
-    return ("events' hlo_op" if any("hlo_op" in e.get("args", {}) for e in events)
-            else "event names")
-
-
-def _matched(events: list[dict]):
-    """``(instruction, us)`` per event; where the trace has device processes (a GPU's
-    ``/device:...`` streams), only their events (host-side launch events may name the same
-    instructions)."""
-    device_pids = {e.get("pid") for e in events if e.get("ph") == "M"
-                   and e.get("name") == "process_name"
-                   and str(e.get("args", {}).get("name", "")).startswith("/device:")}
-    spans = [e for e in events if e.get("ph") == "X" and "dur" in e
-             and (not device_pids or e.get("pid") in device_pids)]
-    device = [e for e in spans if "hlo_op" in e.get("args", {})]
-    for e in device or spans:
-        yield (e["args"]["hlo_op"] if device else e["name"]), float(e["dur"])
-
-
-def trace_events(log_dir: str) -> list[dict]:
-    (path,) = glob.glob(f"{log_dir}/**/*.trace.json.gz", recursive=True)
-    with gzip.open(path) as f:
-        return json.load(f)["traceEvents"]
 
 
 def profile_rows(times: dict[str, list[float]], known: dict[str, dict], steps: int) -> list:

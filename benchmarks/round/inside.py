@@ -22,45 +22,11 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import re
 import tempfile
 import time
 
 from benchmarks.common import command_line
-from benchmarks.hlo_text import CONTAINERS, instructions
-
-_OP_NAME = re.compile(r'op_name="([^"]*)"')
-
-
-def instruction_stages(hlo_text: str, stages) -> dict[str, str | None]:
-    """``{instruction name: stage}`` from a compiled module's text (``None`` for containers:
-    a loop's or branch's own event spans its body's operations); ``"other"`` without a
-    stage scope. XLA:CPU's library fusions and some products carry no metadata of their own:
-    such an instruction takes the stage of the instructions it reads (else of those that use
-    its result)."""
-    rows, users = [], collections.defaultdict(list)
-    for ins in instructions(hlo_text):
-        op = _OP_NAME.search(ins.rest)
-        for a in ins.operands:
-            users[a].append(ins.name)
-        rows.append((ins.name, ins.opcode, op.group(1) if op else "", ins.operands))
-
-    def stage_of(op_name: str) -> str | None:
-        hit = [s for s in stages if s in op_name]
-        return hit[-1].removeprefix("stage_") if hit else None
-
-    own = {name: stage_of(op_name) for name, _, op_name, _ in rows}
-    out: dict[str, str | None] = {}
-    for name, opcode, _, operands in rows:
-        if opcode in CONTAINERS:
-            out[name] = None
-            continue
-        stage = own[name]
-        for near in (operands, users.get(name, ())):
-            if stage is None:
-                stage = next((own[n] for n in near if own.get(n)), None)
-        out[name] = stage or "other"
-    return out
+from benchmarks.hlo_text import instruction_stages
 
 
 def stage_times(trace_dir: str, names: dict[str, str | None]) -> dict[str, float]:

@@ -1,0 +1,155 @@
+"""Where a round's time goes on the device, stage by stage *inside* the one compiled round
+(issue 47 item 3: stage timings that add up).
+
+The suite times each stage as its own program, and those programs do not add up to the round
+(on the H200 the verify alone took longer than a whole round: a stage jitted alone is fused,
+scheduled and launched differently). Here each method's whole round, as the decode loop runs
+it (``rounds.round_stage``: draft, tree, verify, accept, commit in one program; random bf16
+weights at real size, ``--context`` committed slots), runs ``--rounds`` times under
+``jax.profiler``. Every profiled operation (a GPU kernel: the event's ``hlo_op``) is matched to
+its instruction in that compiled program, and every instruction to the stage scope it was
+traced in (``decoding/stages.py``, recorded in its metadata). The stages' device times are
+summed per round and set beside the round's wall time (median of ``--repeats`` unprofiled
+calls); what the kernels leave of the wall time is the device idle between them (launches,
+host work), shown as its own column, so a row always adds up; ``sum / wall`` says how much of
+the round the stages explain (the target: within 10 %).
+
+    python -m benchmarks gpu round_profile [--pair qwen3-4b-domino] [--methods ar dominotree]
+        [--rounds 20] [--repeats 20] [--context 512] [--out FILE.md] [--tiny]
+
+On a GPU at real size (``gpu_profile_run.sh``); ``--tiny`` anywhere (on a CPU the operations
+are the executing threads' events, which can overlap, so the sum may exceed the wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import tempfile
+import time
+
+import jax
+
+from dominotree_jax.decoding.stages import STAGES
+
+from benchmarks.common import RESULTS, command_line
+from benchmarks.gpu.configs import real_pairs, tiny_pairs
+from benchmarks.gpu.measure import prepare_pair
+from benchmarks.gpu.rounds import round_stage
+from benchmarks.hlo_text import instruction_stages, instructions
+from benchmarks.profile_trace import matched_by, operation_times, trace_events
+
+# the columns of the report, in a round's order ("other": loop control, anything unscoped)
+STAGE_COLUMNS = ("lookup", "draft", "tree", "verify", "accept", "auto", "commit", "other")
+
+
+def stage_totals(times: dict[str, list[float]], stage_of: dict[str, str | None],
+                 rounds: int) -> dict[str, float]:
+    """Microseconds per round of each stage: the operations' times (``{instruction: [us]}``)
+    summed by the stage of their instruction, over ``rounds`` profiled rounds."""
+    out: dict[str, float] = collections.defaultdict(float)
+    for name, durs in times.items():
+        stage = stage_of.get(name)
+        if stage:
+            out[stage] += sum(durs) / rounds
+    return dict(out)
+
+
+def profile_round(run, method: str, *, rounds: int, repeats: int) -> dict:
+    """One method's round: wall ms (median of ``repeats`` unprofiled calls), device us per
+    stage per round over ``rounds`` profiled calls, and how the events were matched."""
+    config = run.configs[method]
+    bufs = run.fresh()
+    state = dict(cache=bufs["cache"], ctx=bufs["ctx"] if method != "ar" else None,
+                 out=bufs["out"])
+    # one compiled program, run and read: the profile's operations are its instructions
+    program = round_stage.lower(run.params, state["cache"], state["ctx"], state["out"],
+                                run.t0_B, run.start_B, run.n_B, config=config).compile()
+    text = program.as_text()
+    known = {ins.name: {"opcode": ins.opcode} for ins in instructions(text)}
+    stage_of = instruction_stages(text, STAGES)
+
+    def call():   # the buffers donated and replaced, as in the decode loop
+        state["cache"], state["ctx"], state["out"], tau = program(
+            run.params, state["cache"], state["ctx"], state["out"], run.t0_B, run.start_B,
+            run.n_B)
+        return tau
+
+    jax.block_until_ready(call())   # the first run's setup, untimed
+    wall = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(call())
+        wall.append(1e3 * (time.perf_counter() - t))
+    with tempfile.TemporaryDirectory() as log_dir:
+        with jax.profiler.trace(log_dir):
+            for _ in range(rounds):
+                out = call()
+            jax.block_until_ready(out)
+        events = trace_events(log_dir)
+    stages = stage_totals(operation_times(events, known), stage_of, rounds)
+    return dict(wall_ms=statistics.median(wall), stages_us=stages, matched=matched_by(events),
+                verify_rows=config.num_draft_nodes + 1)
+
+
+def report(results: dict, *, spec_name: str, context: int, rounds: int, argv) -> str:
+    device = jax.devices()[0]
+    cols = [c for c in STAGE_COLUMNS if any(c in r["stages_us"] for r in results.values())]
+    ar_ms = results["ar"]["wall_ms"] if "ar" in results else None
+    lines = [f"# A round's stages inside the compiled round: {spec_name}", "",
+             f"`{command_line('gpu', 'round_profile', argv)}`", "",
+             f"{device.device_kind} ({jax.default_backend()}), jax {jax.__version__}, "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; context {context}, "
+             f"{rounds} profiled rounds per method; matched by "
+             f"{'; '.join(sorted({r['matched'] for r in results.values()}))}.", "",
+             "ms per round: each stage's operations (device time), their sum, the wall time "
+             "(unprofiled median), and idle = wall - sum (launches, host work between "
+             "kernels). x AR: the round's wall time / the AR step's.", "",
+             "| method | rows | " + " | ".join(cols) + " | sum | idle | wall | sum / wall "
+             "| x AR |",
+             "|---|---:|" + "---:|" * (len(cols) + 5)]
+    for method, r in results.items():
+        total_ms = sum(r["stages_us"].values()) / 1e3
+        cells = " | ".join(f"{r['stages_us'].get(c, 0.0) / 1e3:.3f}" for c in cols)
+        xar = f"{r['wall_ms'] / ar_ms:.2f}" if ar_ms else "-"
+        lines.append(f"| {method} | {r['verify_rows']} | {cells} | {total_ms:.3f} | "
+                     f"{r['wall_ms'] - total_ms:.3f} | {r['wall_ms']:.3f} | "
+                     f"{total_ms / r['wall_ms']:.2f} | {xar} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pair", default="qwen3-4b-domino")
+    ap.add_argument("--methods", nargs="+", default=["ar", "dominotree", "ddtree"],
+                    help="methods of the pair (ar always runs first)")
+    ap.add_argument("--rounds", type=int, default=20, help="rounds profiled per method")
+    ap.add_argument("--repeats", type=int, default=20, help="unprofiled rounds timed")
+    ap.add_argument("--context", type=int, default=None, help="committed slots (512; tiny 32)")
+    ap.add_argument("--tiny", action="store_true", help="the tiny pairs, on any backend")
+    ap.add_argument("--out", default=str(RESULTS / "gpu" / "round_profile.md"))
+    args = ap.parse_args(argv)
+    pairs = tiny_pairs() if args.tiny else real_pairs()
+    if args.pair not in pairs:
+        ap.error(f"--pair must be one of {sorted(pairs)}")
+    spec = pairs[args.pair]
+    unknown = [m for m in args.methods if m != "ar" and m not in spec.methods]
+    if unknown:
+        ap.error(f"{spec.name} has no method {unknown}; it has {('ar',) + spec.methods}")
+    if not (args.tiny or jax.default_backend() == "gpu"):
+        ap.error(f"real sizes need a GPU (backend is {jax.default_backend()!r}); use --tiny")
+    if args.rounds < 1 or args.repeats < 1:
+        ap.error("--rounds and --repeats must be >= 1")
+    context = args.context or (32 if args.tiny else 512)
+    run = prepare_pair(spec, context=context, max_new_tokens=max(32, args.rounds),
+                       repeats=args.repeats, inner=1, use_pallas=False)
+    methods = ["ar"] + [m for m in dict.fromkeys(args.methods) if m != "ar"]
+    results = {}
+    for method in methods:
+        results[method] = profile_round(run, method, rounds=args.rounds, repeats=args.repeats)
+        text = report(results, spec_name=spec.name, context=context, rounds=args.rounds,
+                      argv=argv)
+        with open(args.out, "w") as f:   # after every method: a killed call keeps the rest
+            f.write(text)
+    print(text)
