@@ -15,6 +15,10 @@ OUT=${OUT:-/tmp/gpu_out}
 PY=${PY:-python3}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# kernels run from a command buffer (a CUDA graph, XLA's default) are profiled under the buffer's
+# name, not their instruction's: off for both profiles (each report prints its XLA_FLAGS and the
+# share of kernel time it matched)
+export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer="
 {
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | head -3

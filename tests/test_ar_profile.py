@@ -58,6 +58,12 @@ def test_operation_times_prefer_device_events_and_skip_containers():
              dict(ph="X", pid=1, name="launch", dur=1.0, args={"hlo_op": "cc"}),
              dict(ph="X", pid=2, name="gemm", dur=4.0, args={"hlo_op": "cc"})]
     assert profile_trace.operation_times(named, known) == {"cc": [4.0]}
+    assert profile_trace.matched_share(named, known) == 1.0
+    # kernels run from a command buffer name the buffer, not an instruction: the share says so
+    graph = named + [dict(ph="X", pid=2, name="k", dur=12.0, args={"hlo_op": "command_buffer"})]
+    assert profile_trace.matched_share(graph, known) == 0.25
+    assert profile_trace.matched_share(cpu, known) == 10.0 / 100.0   # the loop's span left out
+    assert profile_trace.matched_share([], known) is None
     rows = ar_profile.profile_rows({"cc": [7.0, 7.0]}, known, steps=2)
     assert rows[0]["calls"] == 1 and rows[0]["us"] == 7.0
     assert rows[0]["gbps"] == known["cc"]["bytes"] / 7e3

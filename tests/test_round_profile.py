@@ -70,6 +70,11 @@ def test_prepared_profile_script(tmp_path, capsys):
         module.main(argv + ["--tiny", "--repeats", "2"] + extra)
     assert "| dominotree | 17 |" in (tmp_path / "round_profile.md").read_text()
     assert "| ddtree | 17 |" in (tmp_path / "round_profile.md").read_text()
+    # both profiles run with XLA's command buffers off (kernels then name their instruction)
+    assert 'export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer="' in text
+    device_run = (ROOT / "benchmarks" / "gpu_device_run.sh").read_text()
+    profile_call = device_run[device_run.index("gpu ar_profile") - 300:]
+    assert "--xla_gpu_enable_command_buffer=" in profile_call
     written = set(re.findall(r'\$OUT/([A-Za-z0-9_.-]+)"', text))
     assert written == {"versions.txt", "ar_profile.md", "ar_profile_log.txt",
                        "round_profile.md", "round_profile_log.txt"}

@@ -33,7 +33,7 @@ from benchmarks.gpu.configs import peak_bandwidth, real_pairs, tiny_pairs
 from benchmarks.gpu.measure import ar_bytes, prepare_pair
 from benchmarks.gpu.rounds import round_stage
 from benchmarks.hlo_text import instructions as hlo_text_instructions
-from benchmarks.profile_trace import matched_by, operation_times, trace_events
+from benchmarks.profile_trace import flags_line, operation_times, trace_events
 
 _ARRAY = re.compile(r"\b(pred|[a-z]+\d+(?:e\d+m\d+\w*)?)\[([\d,]*)\]")
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
@@ -107,7 +107,7 @@ def profile_ar_step(spec, *, context: int, steps: int, repeats: int) -> dict:
             jax.block_until_ready(out)
         events = trace_events(log_dir)
     rows = profile_rows(operation_times(events, known), known, steps)
-    return dict(rows=rows, step_ms=statistics.median(wall), matched=matched_by(events),
+    return dict(rows=rows, step_ms=statistics.median(wall), matched=flags_line(events, known),
                 roof_bytes=ar_bytes(spec, context), instructions=len(known))
 
 
@@ -125,7 +125,8 @@ def report(result: dict, *, spec_name: str, context: int, steps: int, top: int, 
              f"{steps} profiled steps.", "",
              f"- step (wall, unprofiled, median): {result['step_ms']:.3f} ms; profiled "
              f"operations: {kernel_us / 1e3:.3f} ms a step in {len(rows)} instructions (of "
-             f"{result['instructions']} in the program; matched by {result['matched']})",
+             f"{result['instructions']} in the program)",
+             f"- {result['matched']}",
              f"- bytes a step must read (weights + live cache): "
              f"{result['roof_bytes'] / 1e9:.4g} GB"
              + (f"; at {peak / 1e12:.2f} TB/s that is {roof_ms:.3f} ms: the step runs at "

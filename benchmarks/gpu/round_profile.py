@@ -17,7 +17,9 @@ the round the stages explain (the target: within 10 %).
     python -m benchmarks gpu round_profile [--pair qwen3-4b-domino] [--methods ar dominotree]
         [--rounds 20] [--repeats 20] [--context 512] [--out FILE.md] [--tiny]
 
-On a GPU at real size (``gpu_profile_run.sh``); ``--tiny`` anywhere (on a CPU the operations
+On a GPU at real size (``gpu_profile_run.sh``, which turns XLA's command buffers off: a kernel
+run from a CUDA graph names the graph, not its instruction, and the report's match share would
+say so); ``--tiny`` anywhere (on a CPU the operations
 are the executing threads' events, which can overlap, so the sum may exceed the wall time).
 """
 
@@ -38,7 +40,7 @@ from benchmarks.gpu.configs import real_pairs, tiny_pairs
 from benchmarks.gpu.measure import prepare_pair
 from benchmarks.gpu.rounds import round_stage
 from benchmarks.hlo_text import instruction_stages, instructions
-from benchmarks.profile_trace import matched_by, operation_times, trace_events
+from benchmarks.profile_trace import flags_line, operation_times, trace_events
 
 # the columns of the report, in a round's order ("other": loop control, anything unscoped)
 STAGE_COLUMNS = ("lookup", "draft", "tree", "verify", "accept", "auto", "commit", "other")
@@ -89,8 +91,8 @@ def profile_round(run, method: str, *, rounds: int, repeats: int) -> dict:
             jax.block_until_ready(out)
         events = trace_events(log_dir)
     stages = stage_totals(operation_times(events, known), stage_of, rounds)
-    return dict(wall_ms=statistics.median(wall), stages_us=stages, matched=matched_by(events),
-                verify_rows=config.num_draft_nodes + 1)
+    return dict(wall_ms=statistics.median(wall), stages_us=stages,
+                matched=flags_line(events, known), verify_rows=config.num_draft_nodes + 1)
 
 
 def report(results: dict, *, spec_name: str, context: int, rounds: int, argv) -> str:
@@ -101,14 +103,14 @@ def report(results: dict, *, spec_name: str, context: int, rounds: int, argv) ->
              f"`{command_line('gpu', 'round_profile', argv)}`", "",
              f"{device.device_kind} ({jax.default_backend()}), jax {jax.__version__}, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; context {context}, "
-             f"{rounds} profiled rounds per method; matched by "
-             f"{'; '.join(sorted({r['matched'] for r in results.values()}))}.", "",
-             "ms per round: each stage's operations (device time), their sum, the wall time "
-             "(unprofiled median), and idle = wall - sum (launches, host work between "
-             "kernels). x AR: the round's wall time / the AR step's.", "",
-             "| method | rows | " + " | ".join(cols) + " | sum | idle | wall | sum / wall "
-             "| x AR |",
-             "|---|---:|" + "---:|" * (len(cols) + 5)]
+             f"{rounds} profiled rounds per method.", ""]
+    lines += [f"- {method}: {r['matched']}" for method, r in results.items()]
+    lines += ["", "ms per round: each stage's operations (device time), their sum, the wall time "
+              "(unprofiled median), and idle = wall - sum (launches, host work between "
+              "kernels). x AR: the round's wall time / the AR step's.", "",
+              "| method | rows | " + " | ".join(cols) + " | sum | idle | wall | sum / wall "
+              "| x AR |",
+              "|---|---:|" + "---:|" * (len(cols) + 5)]
     for method, r in results.items():
         total_ms = sum(r["stages_us"].values()) / 1e3
         cells = " | ".join(f"{r['stages_us'].get(c, 0.0) / 1e3:.3f}" for c in cols)
