@@ -18,10 +18,13 @@ runs in a fresh subprocess so that its peak resident memory (``ru_maxrss``) is i
 
     python -m benchmarks step long_prompt [--lengths 512 1024 2048 4096 8000] [--runs 1]
         [--precision float32|bfloat16] [--hf-dtype float32|bfloat16] [--prefill-only]
+        [--side-by-side]
 
 ``--precision`` (alias ``--dtype``): our pair's precision (docs/precision.md); ``--hf-dtype``:
 transformers' torch dtype; ``--prefill-only``: only the prefill columns (no decode or
-speculative runs).
+speculative runs); with ``--side-by-side`` both engines' prefills run in one subprocess, their
+calls alternated run by run, so that a host whose speed drifts from minute to minute (a shared
+2-core machine) gives a ratio of calls made in the same minutes (no peak memory then).
 """
 
 from __future__ import annotations
@@ -83,23 +86,21 @@ def _median_times(fns, runs: int) -> list[float]:
     return [statistics.median(ts) for ts in times]
 
 
-def worker_ours(n: int, runs: int, decode_tokens: int, spec_tokens: int,
-                precision="float32", prefill_only: bool = False) -> dict:
+def ours_prefill_call(n: int, precision="float32"):
+    """``(call, pair, ids, compile_s, model_mb)``: our jitted ``prefill`` of an ``n``-token
+    prompt; ``model_mb``: peak resident MB once the models are loaded, before any compile."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
-    import dominotree_jax as dj
     from dominotree_jax.model.target import bind_target, prefill
     from dominotree_jax.measure.default_pair import load_models
 
     pair, _, _ = load_models(None, None, precision)
     target = pair.target
-    dtype = str(pair.precision)   # as the results record it
     ids = np.asarray([prompt_ids(target, n)], np.int32)
     lengths = np.asarray([ids.shape[1]], np.int32)
-    base_mb = _rss_mb()
     cfg = target.config
+    model_mb = _rss_mb()
 
     @jax.jit
     def prefill_only(params, prompt_BT, lengths_B):
@@ -110,8 +111,64 @@ def worker_ours(n: int, runs: int, decode_tokens: int, spec_tokens: int,
     pre = prefill_only.lower(target.params, ids, lengths).compile()
     compile_s = time.perf_counter() - t0
     jax.block_until_ready(pre(target.params, ids, lengths))
-    prefill_s = _median_time(lambda: jax.block_until_ready(pre(target.params, ids, lengths)),
-                             runs)
+    return ((lambda: jax.block_until_ready(pre(target.params, ids, lengths))), pair, ids,
+            compile_s, model_mb)
+
+
+def transformers_generate(n: int, dtype: str = "float32"):
+    """``(gen, ids, model_mb)``: ``gen(k)`` runs transformers' ``generate`` of ``k`` new tokens
+    after the same ``n``-token prompt (greedy, no early stop), warmed up once; ``model_mb``: peak
+    resident MB once the model is loaded, before the warm-up."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import dominotree_jax as dj
+    from dominotree_jax.assets import smollm2_gguf_path
+
+    torch.set_num_threads(2)
+    path = smollm2_gguf_path()
+    target = dj.load_target(path)
+    ids = torch.tensor([prompt_ids(target, n)])
+    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path),
+                                                 gguf_file=os.path.basename(path),
+                                                 dtype=getattr(torch, dtype)).eval()
+    model.generation_config.eos_token_id = None
+    model_mb = _rss_mb()
+
+    def gen(k):
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=k,
+                                 min_new_tokens=k, do_sample=False, pad_token_id=0)
+        assert out.shape[1] == ids.shape[1] + k
+
+    gen(1)  # warm-up
+    gen.attn_implementation = str(getattr(model.config, "_attn_implementation", "?"))
+    return gen, ids, model_mb
+
+
+def worker_side_by_side(n: int, runs: int, precision="float32", hf_dtype="float32") -> list:
+    """Both prefills in this one process, their calls alternated run by run (``--side-by-side``:
+    the host's drift lands on both); no peak memory (the process holds both models)."""
+    ours, pair, ids, compile_s, _ = ours_prefill_call(n, precision)
+    gen, _, _ = transformers_generate(n, hf_dtype)
+    ours_s, hf_s = _median_times([ours, lambda: gen(1)], runs)
+    return [dict(engine="ours", dtype=str(pair.precision), tokens=int(ids.shape[1]),
+                 prefill_s=ours_s, compile_prefill_s=compile_s, side_by_side=True),
+            dict(engine="transformers", dtype=hf_dtype, tokens=int(ids.shape[1]),
+                 prefill_s=hf_s, side_by_side=True)]
+
+
+def worker_ours(n: int, runs: int, decode_tokens: int, spec_tokens: int,
+                precision="float32", prefill_only: bool = False) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    import dominotree_jax as dj
+
+    pre, pair, ids, compile_s, base_mb = ours_prefill_call(n, precision)
+    target, cfg = pair.target, pair.target.config
+    dtype = str(pair.precision)   # as the results record it
+    prefill_s = _median_time(pre, runs)
 
     if prefill_only:
         return dict(engine="ours", dtype=dtype, tokens=int(ids.shape[1]), prefill_s=prefill_s,
@@ -153,29 +210,7 @@ def worker_ours(n: int, runs: int, decode_tokens: int, spec_tokens: int,
 
 def worker_transformers(n: int, runs: int, decode_tokens: int, dtype: str = "float32",
                         prefill_only: bool = False) -> dict:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    import dominotree_jax as dj
-    from dominotree_jax.assets import smollm2_gguf_path
-
-    torch.set_num_threads(2)
-    path = smollm2_gguf_path()
-    target = dj.load_target(path)
-    ids = torch.tensor([prompt_ids(target, n)])
-    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path),
-                                                 gguf_file=os.path.basename(path),
-                                                 dtype=getattr(torch, dtype)).eval()
-    model.generation_config.eos_token_id = None
-    base_mb = _rss_mb()
-
-    def gen(k):
-        with torch.no_grad():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=k,
-                                 min_new_tokens=k, do_sample=False, pad_token_id=0)
-        assert out.shape[1] == ids.shape[1] + k
-
-    gen(1)  # warm-up
+    gen, ids, base_mb = transformers_generate(n, dtype)
     prefill_s = _median_time(lambda: gen(1), runs)
     if prefill_only:
         return dict(engine="transformers", dtype=dtype, tokens=int(ids.shape[1]),
@@ -185,7 +220,7 @@ def worker_transformers(n: int, runs: int, decode_tokens: int, dtype: str = "flo
     return dict(engine="transformers", tokens=int(ids.shape[1]), prefill_s=prefill_s,
                 decode_ms=1e3 * max(long_s - short_s, 0.0) / decode_tokens,
                 peak_mb=_rss_mb(), model_mb=base_mb,
-                attn=str(getattr(model.config, "_attn_implementation", "?")))
+                attn=gen.attn_implementation)
 
 
 def run_worker(engine: str, n: int, args) -> dict | None:
@@ -194,14 +229,17 @@ def run_worker(engine: str, n: int, args) -> dict | None:
                    str(args.spec_tokens), "--precision", str(args.precision),
                    "--hf-dtype", args.hf_dtype)
     cmd += ["--prefill-only"] if args.prefill_only else []
+    cmd += ["--side-by-side"] if engine == "both" else []
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
     if proc.returncode != 0:
         print(f"{engine} @ {n}: failed\n{proc.stderr[-2000:]}", flush=True)
         return None
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    res["wall_s"] = time.perf_counter() - t0
-    print(json.dumps(res), flush=True)
+    wall = time.perf_counter() - t0
+    for r in res if isinstance(res, list) else [res]:
+        r["wall_s"] = wall
+        print(json.dumps(r), flush=True)
     return res
 
 
@@ -236,7 +274,9 @@ def prefill_table(rows: list[dict], args) -> str:
     """Prefill seconds per prompt length: ours (``--precision``) vs transformers
     (``--hf-dtype``)."""
     lines = [f"Prefill, SmolLM2-135M-Instruct, batch 1, 2 threads, median of {args.runs}: ours "
-             f"{args.precision}, transformers {args.hf_dtype}.", "",
+             f"{args.precision}, transformers {args.hf_dtype}"
+             + ("; both in one process, calls alternated run by run." if args.side_by_side
+                else "; each engine in its own process.") + "", "",
              "| prompt tokens | prefill ours s | prefill transformers s | transformers / ours "
              "| peak MB ours | peak MB transformers |", "|---:|---:|---:|---:|---:|---:|"]
     for r in (r for r in rows if r["engine"] == "ours"):
@@ -245,7 +285,8 @@ def prefill_table(rows: list[dict], args) -> str:
         lines.append(f"| {r['tokens']} | {r['prefill_s']:.2f} | "
                      + (f"{h['prefill_s']:.2f} | {h['prefill_s'] / r['prefill_s']:.2f}x | "
                         if h else "– | – | ")
-                     + f"{r['peak_mb']:.0f} | " + (f"{h['peak_mb']:.0f} |" if h else "– |"))
+                     + (f"{r['peak_mb']:.0f} | " if "peak_mb" in r else "– | ")
+                     + (f"{h['peak_mb']:.0f} |" if h and "peak_mb" in h else "– |"))
     return "\n".join(lines)
 
 
@@ -263,8 +304,18 @@ def main(argv=None):
     ap.add_argument("--hf-dtype", default="float32", choices=BENCHMARKED_PRECISIONS,
                     help="transformers' torch dtype")
     ap.add_argument("--prefill-only", action="store_true")
-    ap.add_argument("--worker", choices=["ours", "transformers"], help=argparse.SUPPRESS)
+    ap.add_argument("--side-by-side", action="store_true",
+                    help="with --prefill-only: both engines in one process, their calls "
+                         "alternated run by run (no peak memory)")
+    ap.add_argument("--worker", choices=["ours", "transformers", "both"],
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.side_by_side and not args.prefill_only:
+        ap.error("--side-by-side times the prefill only: add --prefill-only")
+    if args.worker == "both":
+        print(json.dumps(worker_side_by_side(args.lengths[0], args.runs, args.precision,
+                                             args.hf_dtype)))
+        return
     if args.worker:
         n = args.lengths[0]
         res = (worker_ours(n, args.runs, args.decode_tokens, args.spec_tokens, args.precision,
@@ -275,10 +326,10 @@ def main(argv=None):
         return
     rows = []
     for n in args.lengths:
-        for engine in args.engines:
+        for engine in (["both"] if args.side_by_side else args.engines):
             r = run_worker(engine, n, args)
             if r:
-                rows.append(r)
+                rows += r if isinstance(r, list) else [r]
     if args.prefill_only:
         text = prefill_table(rows, args)
         print(text)
