@@ -13,10 +13,35 @@ from benchmarks.hlo_text import CONTAINERS
 
 
 def trace_events(log_dir: str) -> list[dict]:
-    """The events of the one ``*.trace.json.gz`` a ``jax.profiler.trace(log_dir)`` wrote."""
-    (path,) = glob.glob(f"{log_dir}/**/*.trace.json.gz", recursive=True)
-    with gzip.open(path) as f:
-        return json.load(f)["traceEvents"]
+    """The trace events (Chrome trace format) a ``jax.profiler.trace(log_dir)`` wrote: its
+    ``*.trace.json.gz`` where there is one (jax 0.10 writes it beside the ``*.xplane.pb``),
+    else read from the ``*.xplane.pb`` itself (``xplane_events``)."""
+    found = glob.glob(f"{log_dir}/**/*.trace.json.gz", recursive=True)
+    if len(found) > 1:
+        raise ValueError(f"{log_dir} holds {len(found)} traces; profile into an empty folder")
+    if found:
+        with gzip.open(found[0]) as f:
+            return json.load(f)["traceEvents"]
+    planes = glob.glob(f"{log_dir}/**/*.xplane.pb", recursive=True)
+    if len(planes) != 1:
+        raise ValueError(f"{log_dir} holds {len(planes)} profiles (*.xplane.pb), not one")
+    return xplane_events(planes[0])
+
+
+def xplane_events(path: str) -> list[dict]:
+    """A ``*.xplane.pb`` profile as trace events: each plane a process (its ``process_name``
+    the plane's name, e.g. ``/device:GPU:0``), each event a complete span (``ph`` "X") whose
+    ``args`` are its stats (``hlo_op``, ...); durations in microseconds."""
+    from jax.profiler import ProfileData
+    events = []
+    for pid, plane in enumerate(ProfileData.from_file(path).planes):
+        events.append(dict(ph="M", name="process_name", pid=pid, args={"name": plane.name}))
+        for tid, line in enumerate(plane.lines):
+            for ev in line.events:
+                events.append(dict(ph="X", pid=pid, tid=tid, name=ev.name,
+                                   dur=ev.duration_ns * 1e-3,
+                                   args={k: str(v) for k, v in ev.stats}))
+    return events
 
 
 def operation_times(events: list[dict], known: dict[str, dict]) -> dict[str, list[float]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from benchmarks import profile_trace
 from benchmarks.gpu import ar_profile
 
@@ -82,3 +84,31 @@ def test_tiny_ar_step_profile(tmp_path, capsys):
             and not line.startswith("| instruction")]
     assert len(rows) >= 5 and "By kind:" in text and "matched by events' hlo_op" in text
     capsys.readouterr()
+
+
+def test_trace_events_read_the_xplane_where_no_json_trace_was_written(tmp_path):
+    """A jax that writes only ``*.xplane.pb`` (no ``*.trace.json.gz``) gives the same
+    operations, by instruction, as the JSON trace of the same profile."""
+    import glob
+    import os
+
+    import jax
+    import jax.numpy as jnp
+    f = jax.jit(lambda x: jnp.sin(x) @ x + 1.0)
+    x = jnp.ones((64, 64))
+    known = {ins.name: {"opcode": ins.opcode}
+             for ins in ar_profile.hlo_text_instructions(f.lower(x).compile().as_text())}
+    f(x).block_until_ready()
+    with jax.profiler.trace(str(tmp_path)):
+        for _ in range(3):
+            f(x).block_until_ready()
+    from_json = profile_trace.operation_times(profile_trace.trace_events(str(tmp_path)), known)
+    for path in glob.glob(f"{tmp_path}/**/*.trace.json.gz", recursive=True):
+        os.remove(path)
+    events = profile_trace.trace_events(str(tmp_path))
+    assert any(e.get("name") == "process_name" for e in events)
+    from_xplane = profile_trace.operation_times(events, known)
+    assert from_json and {k: len(v) for k, v in from_xplane.items()} == {
+        k: len(v) for k, v in from_json.items()}
+    for name, durs in from_json.items():
+        assert sum(from_xplane[name]) == pytest.approx(sum(durs), rel=1e-3, abs=1e-3)
