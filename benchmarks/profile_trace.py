@@ -12,6 +12,28 @@ import os
 from benchmarks.hlo_text import CONTAINERS
 
 
+def timed_and_traced(call, *, repeats: int, traced: int) -> tuple[list[float], list[dict]]:
+    """``call`` (zero arguments, returns an array) once untimed, then ``repeats`` calls each
+    timed alone (wall ms), then ``traced`` calls under ``jax.profiler``: ``(ms, events)``."""
+    import tempfile
+    import time
+
+    import jax
+    jax.block_until_ready(call())   # the first run's setup, untimed
+    wall = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(call())
+        wall.append(1e3 * (time.perf_counter() - t))
+    with tempfile.TemporaryDirectory() as log_dir:
+        with jax.profiler.trace(log_dir):
+            for _ in range(traced):
+                out = call()
+            jax.block_until_ready(out)
+        events = trace_events(log_dir)
+    return wall, events
+
+
 def trace_events(log_dir: str) -> list[dict]:
     """The trace events (Chrome trace format) a ``jax.profiler.trace(log_dir)`` wrote: its
     ``*.trace.json.gz`` where there is one (jax 0.10 writes it beside the ``*.xplane.pb``),

@@ -23,17 +23,15 @@ import argparse
 import collections
 import re
 import statistics
-import tempfile
 import time
 
 import jax
 
 from benchmarks.common import RESULTS, command_line
-from benchmarks.gpu.configs import peak_bandwidth, real_pairs, tiny_pairs
-from benchmarks.gpu.measure import ar_bytes, prepare_pair
-from benchmarks.gpu.rounds import round_stage
+from benchmarks.gpu.configs import add_pair_arguments, chosen_pair, peak_bandwidth
+from benchmarks.gpu.measure import ar_bytes, compiled_round, prepare_pair
 from benchmarks.hlo_text import instructions as hlo_text_instructions
-from benchmarks.profile_trace import flags_line, operation_times, trace_events
+from benchmarks.profile_trace import flags_line, operation_times, timed_and_traced
 
 _ARRAY = re.compile(r"\b(pred|[a-z]+\d+(?:e\d+m\d+\w*)?)\[([\d,]*)\]")
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
@@ -83,29 +81,9 @@ def profile_ar_step(spec, *, context: int, steps: int, repeats: int) -> dict:
     their profiled time per step over ``steps`` steps."""
     run = prepare_pair(spec, context=context, max_new_tokens=max(32, steps), repeats=repeats,
                        inner=1, use_pallas=False)
-    bufs = run.fresh()
-    # one compiled program, run and read: the profile's operations are its instructions
-    program = round_stage.lower(run.params, bufs["cache"], None, bufs["out"], run.t0_B,
-                                run.start_B, run.n_B, config=run.configs["ar"]).compile()
-    known = instructions(program.as_text())
-
-    def call():   # as ``measure.ar_step``'s caller: the buffers donated and replaced
-        bufs["cache"], _, bufs["out"], tau = program(run.params, bufs["cache"], None,
-                                                     bufs["out"], run.t0_B, run.start_B, run.n_B)
-        return tau
-
-    jax.block_until_ready(call())   # the first run's setup, untimed
-    wall = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(call())
-        wall.append(1e3 * (time.perf_counter() - t))
-    with tempfile.TemporaryDirectory() as log_dir:
-        with jax.profiler.trace(log_dir):
-            for _ in range(steps):
-                out = call()
-            jax.block_until_ready(out)
-        events = trace_events(log_dir)
+    text, call = compiled_round(run, run.configs["ar"])
+    known = instructions(text)
+    wall, events = timed_and_traced(call, repeats=repeats, traced=steps)
     rows = profile_rows(operation_times(events, known), known, steps)
     return dict(rows=rows, step_ms=statistics.median(wall), matched=flags_line(events, known),
                 roof_bytes=ar_bytes(spec, context), instructions=len(known))
@@ -155,25 +133,16 @@ def report(result: dict, *, spec_name: str, context: int, steps: int, top: int, 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pair", default="qwen3-4b-domino")
     ap.add_argument("--steps", type=int, default=20, help="AR steps profiled")
     ap.add_argument("--repeats", type=int, default=20, help="unprofiled steps timed")
-    ap.add_argument("--context", type=int, default=None, help="committed slots (512; tiny 32)")
     ap.add_argument("--top", type=int, default=30, help="instructions listed")
-    ap.add_argument("--tiny", action="store_true", help="the tiny pairs, on any backend")
-    ap.add_argument("--out", default=str(RESULTS / "gpu" / "ar_profile.md"))
+    add_pair_arguments(ap, RESULTS / "gpu" / "ar_profile.md")
     args = ap.parse_args(argv)
-    pairs = tiny_pairs() if args.tiny else real_pairs()
-    if args.pair not in pairs:
-        ap.error(f"--pair must be one of {sorted(pairs)}")
-    if not (args.tiny or jax.default_backend() == "gpu"):
-        ap.error(f"real sizes need a GPU (backend is {jax.default_backend()!r}); use --tiny")
+    spec, context = chosen_pair(ap, args)
     if args.steps < 1 or args.repeats < 1:
         ap.error("--steps and --repeats must be >= 1")
-    context = args.context or (32 if args.tiny else 512)
-    result = profile_ar_step(pairs[args.pair], context=context, steps=args.steps,
-                             repeats=args.repeats)
-    text = report(result, spec_name=pairs[args.pair].name, context=context, steps=args.steps,
+    result = profile_ar_step(spec, context=context, steps=args.steps, repeats=args.repeats)
+    text = report(result, spec_name=spec.name, context=context, steps=args.steps,
                   top=args.top, argv=argv)
     print(text)
     with open(args.out, "w") as f:

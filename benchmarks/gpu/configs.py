@@ -118,3 +118,23 @@ def tiny_pairs() -> dict[str, PairSpec]:
 
 
 DEFAULT_PAIRS = "qwen3-4b-domino,qwen3-8b-domino"
+
+
+def add_pair_arguments(ap, default_out) -> None:
+    """The profiles' shared options: ``--pair``, ``--context``, ``--tiny``, ``--out``."""
+    ap.add_argument("--pair", default="qwen3-4b-domino")
+    ap.add_argument("--context", type=int, default=None, help="committed slots (512; tiny 32)")
+    ap.add_argument("--tiny", action="store_true", help="the tiny pairs, on any backend")
+    ap.add_argument("--out", default=str(default_out))
+
+
+def chosen_pair(ap, args) -> tuple[PairSpec, int]:
+    """``(spec, context)`` of ``add_pair_arguments``' options; an error (``ap.error``) for an
+    unknown pair or real sizes without a GPU."""
+    import jax
+    pairs = tiny_pairs() if args.tiny else real_pairs()
+    if args.pair not in pairs:
+        ap.error(f"--pair must be one of {sorted(pairs)}")
+    if not (args.tiny or jax.default_backend() == "gpu"):
+        ap.error(f"real sizes need a GPU (backend is {jax.default_backend()!r}); use --tiny")
+    return pairs[args.pair], args.context or (32 if args.tiny else 512)

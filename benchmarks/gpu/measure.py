@@ -73,6 +73,25 @@ def _round_caller(run: PairRun, config: DecodeConfig):
     return call
 
 
+def compiled_round(run: PairRun, config: DecodeConfig):
+    """``(hlo_text, call)``: ``config``'s round compiled once, its text (to read its
+    instructions) and a zero-argument call of that same program on its own donated buffers (the
+    profiles: their events name this program's instructions)."""
+    state = run.fresh()
+    if config.method == "ar":
+        state["ctx"] = None
+    program = round_stage.lower(run.params, state["cache"], state["ctx"], state["out"],
+                                run.t0_B, run.start_B, run.n_B, config=config).compile()
+
+    def call():
+        state["cache"], state["ctx"], state["out"], tau = program(
+            run.params, state["cache"], state["ctx"], state["out"], run.t0_B, run.start_B,
+            run.n_B)
+        return tau
+
+    return program.as_text(), call
+
+
 def compiled_rounds() -> int | None:
     """Programs ``round_stage`` has compiled so far (None where jax does not say)."""
     size = getattr(round_stage, "_cache_size", None)

@@ -19,8 +19,8 @@ the round the stages explain (the target: within 10 %).
 
 On a GPU at real size (``gpu_profile_run.sh``, which turns XLA's command buffers off: a kernel
 run from a CUDA graph names the graph, not its instruction, and the report's match share would
-say so); ``--tiny`` anywhere (on a CPU the operations
-are the executing threads' events, which can overlap, so the sum may exceed the wall time).
+say so); ``--tiny`` anywhere (on a CPU the operations are the executing threads' events, which
+can overlap, so the sum may exceed the wall time).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import collections
 import statistics
-import tempfile
 import time
 
 import jax
@@ -36,11 +35,10 @@ import jax
 from dominotree_jax.decoding.stages import STAGES
 
 from benchmarks.common import RESULTS, command_line
-from benchmarks.gpu.configs import real_pairs, tiny_pairs
-from benchmarks.gpu.measure import prepare_pair
-from benchmarks.gpu.rounds import round_stage
+from benchmarks.gpu.configs import add_pair_arguments, chosen_pair
+from benchmarks.gpu.measure import compiled_round, prepare_pair
 from benchmarks.hlo_text import instruction_stages, instructions
-from benchmarks.profile_trace import flags_line, operation_times, trace_events
+from benchmarks.profile_trace import flags_line, operation_times, timed_and_traced
 
 # the columns of the report, in a round's order ("other": loop control, anything unscoped)
 STAGE_COLUMNS = ("lookup", "draft", "tree", "verify", "accept", "auto", "commit", "other")
@@ -62,35 +60,11 @@ def profile_round(run, method: str, *, rounds: int, repeats: int) -> dict:
     """One method's round: wall ms (median of ``repeats`` unprofiled calls), device us per
     stage per round over ``rounds`` profiled calls, and how the events were matched."""
     config = run.configs[method]
-    bufs = run.fresh()
-    state = dict(cache=bufs["cache"], ctx=bufs["ctx"] if method != "ar" else None,
-                 out=bufs["out"])
-    # one compiled program, run and read: the profile's operations are its instructions
-    program = round_stage.lower(run.params, state["cache"], state["ctx"], state["out"],
-                                run.t0_B, run.start_B, run.n_B, config=config).compile()
-    text = program.as_text()
+    text, call = compiled_round(run, config)
     known = {ins.name: {"opcode": ins.opcode} for ins in instructions(text)}
-    stage_of = instruction_stages(text, STAGES)
-
-    def call():   # the buffers donated and replaced, as in the decode loop
-        state["cache"], state["ctx"], state["out"], tau = program(
-            run.params, state["cache"], state["ctx"], state["out"], run.t0_B, run.start_B,
-            run.n_B)
-        return tau
-
-    jax.block_until_ready(call())   # the first run's setup, untimed
-    wall = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(call())
-        wall.append(1e3 * (time.perf_counter() - t))
-    with tempfile.TemporaryDirectory() as log_dir:
-        with jax.profiler.trace(log_dir):
-            for _ in range(rounds):
-                out = call()
-            jax.block_until_ready(out)
-        events = trace_events(log_dir)
-    stages = stage_totals(operation_times(events, known), stage_of, rounds)
+    wall, events = timed_and_traced(call, repeats=repeats, traced=rounds)
+    stages = stage_totals(operation_times(events, known), instruction_stages(text, STAGES),
+                          rounds)
     return dict(wall_ms=statistics.median(wall), stages_us=stages,
                 matched=flags_line(events, known), verify_rows=config.num_draft_nodes + 1)
 
@@ -123,27 +97,18 @@ def report(results: dict, *, spec_name: str, context: int, rounds: int, argv) ->
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pair", default="qwen3-4b-domino")
     ap.add_argument("--methods", nargs="+", default=["ar", "dominotree", "ddtree"],
                     help="methods of the pair (ar always runs first)")
     ap.add_argument("--rounds", type=int, default=20, help="rounds profiled per method")
     ap.add_argument("--repeats", type=int, default=20, help="unprofiled rounds timed")
-    ap.add_argument("--context", type=int, default=None, help="committed slots (512; tiny 32)")
-    ap.add_argument("--tiny", action="store_true", help="the tiny pairs, on any backend")
-    ap.add_argument("--out", default=str(RESULTS / "gpu" / "round_profile.md"))
+    add_pair_arguments(ap, RESULTS / "gpu" / "round_profile.md")
     args = ap.parse_args(argv)
-    pairs = tiny_pairs() if args.tiny else real_pairs()
-    if args.pair not in pairs:
-        ap.error(f"--pair must be one of {sorted(pairs)}")
-    spec = pairs[args.pair]
+    spec, context = chosen_pair(ap, args)
     unknown = [m for m in args.methods if m != "ar" and m not in spec.methods]
     if unknown:
         ap.error(f"{spec.name} has no method {unknown}; it has {('ar',) + spec.methods}")
-    if not (args.tiny or jax.default_backend() == "gpu"):
-        ap.error(f"real sizes need a GPU (backend is {jax.default_backend()!r}); use --tiny")
     if args.rounds < 1 or args.repeats < 1:
         ap.error("--rounds and --repeats must be >= 1")
-    context = args.context or (32 if args.tiny else 512)
     run = prepare_pair(spec, context=context, max_new_tokens=max(32, args.rounds),
                        repeats=args.repeats, inner=1, use_pallas=False)
     methods = ["ar"] + [m for m in dict.fromkeys(args.methods) if m != "ar"]
