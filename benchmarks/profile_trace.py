@@ -1,5 +1,6 @@
 """Reading a ``jax.profiler`` trace: each profiled operation's time, by the instruction of the
-compiled program it ran (``gpu ar_profile``, ``gpu round_profile``)."""
+compiled program it ran, and by stage (``gpu ar_profile``, ``gpu round_profile``, ``round
+inside``)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,19 @@ def operation_times(events: list[dict], known: dict[str, dict]) -> dict[str, lis
     for name, dur in _matched(events):
         if name in known and known[name]["opcode"] not in CONTAINERS:
             out[name].append(dur)
+    return dict(out)
+
+
+def stage_totals(times: dict[str, list[float]], stage_of: dict[str, str | None],
+                 rounds: int) -> dict[str, float]:
+    """Microseconds per round of each stage: the operations' times (``{instruction: [us]}``,
+    ``operation_times``) summed by the stage of their instruction (``{instruction: stage}``,
+    ``hlo_text.instruction_stages``; ``None``: no stage), over ``rounds`` profiled rounds."""
+    out: dict[str, float] = collections.defaultdict(float)
+    for name, durs in times.items():
+        stage = stage_of.get(name)
+        if stage:
+            out[stage] += sum(durs) / rounds
     return dict(out)
 
 

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from benchmarks import profile_trace
 from benchmarks.gpu import round_profile
 
 
@@ -14,7 +15,7 @@ def test_stage_totals_sum_by_stage_per_round():
     times = {"fusion.1": [4.0, 6.0], "dot.2": [10.0, 10.0], "copy.3": [1.0, 1.0],
              "while.4": [99.0, 99.0]}
     stage_of = {"fusion.1": "draft", "dot.2": "verify", "copy.3": "verify", "while.4": None}
-    assert round_profile.stage_totals(times, stage_of, rounds=2) == {"draft": 5.0,
+    assert profile_trace.stage_totals(times, stage_of, rounds=2) == {"draft": 5.0,
                                                                      "verify": 11.0}
 
 

@@ -60,14 +60,18 @@ def prepare_pair(spec: PairSpec, *, context: int, max_new_tokens: int, repeats: 
                    n_B=jnp.ones((1,), jnp.int32))
 
 
-def _round_caller(run: PairRun, config: DecodeConfig):
-    """A zero-argument call of ``config``'s whole round on its own donated buffers."""
+def _round_caller(run: PairRun, config: DecodeConfig, program=None):
+    """A zero-argument call of ``config``'s whole round on its own donated buffers: the jitted
+    ``round_stage``, or ``program``, that round already compiled (``compiled_round``)."""
     state = run.fresh()
+    if config.method == "ar":
+        state["ctx"] = None
+    fn = functools.partial(round_stage, config=config) if program is None else program
 
     def call():
-        state["cache"], state["ctx"], state["out"], tau = round_stage(
-            run.params, state["cache"], state["ctx"] if config.method != "ar" else None,
-            state["out"], run.t0_B, run.start_B, run.n_B, config=config)
+        state["cache"], state["ctx"], state["out"], tau = fn(
+            run.params, state["cache"], state["ctx"], state["out"], run.t0_B, run.start_B,
+            run.n_B)
         return tau
 
     return call
@@ -77,19 +81,11 @@ def compiled_round(run: PairRun, config: DecodeConfig):
     """``(hlo_text, call)``: ``config``'s round compiled once, its text (to read its
     instructions) and a zero-argument call of that same program on its own donated buffers (the
     profiles: their events name this program's instructions)."""
-    state = run.fresh()
-    if config.method == "ar":
-        state["ctx"] = None
-    program = round_stage.lower(run.params, state["cache"], state["ctx"], state["out"],
-                                run.t0_B, run.start_B, run.n_B, config=config).compile()
-
-    def call():
-        state["cache"], state["ctx"], state["out"], tau = program(
-            run.params, state["cache"], state["ctx"], state["out"], run.t0_B, run.start_B,
-            run.n_B)
-        return tau
-
-    return program.as_text(), call
+    bufs = jax.eval_shape(run.fresh)
+    ctx = None if config.method == "ar" else bufs["ctx"]
+    program = round_stage.lower(run.params, bufs["cache"], ctx, bufs["out"], run.t0_B,
+                                run.start_B, run.n_B, config=config).compile()
+    return program.as_text(), _round_caller(run, config, program)
 
 
 def compiled_rounds() -> int | None:

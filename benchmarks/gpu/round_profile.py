@@ -26,7 +26,6 @@ can overlap, so the sum may exceed the wall time).
 from __future__ import annotations
 
 import argparse
-import collections
 import statistics
 import time
 
@@ -38,22 +37,11 @@ from benchmarks.common import RESULTS, command_line
 from benchmarks.gpu.configs import add_pair_arguments, chosen_pair
 from benchmarks.gpu.measure import compiled_round, prepare_pair
 from benchmarks.hlo_text import instruction_stages, instructions
-from benchmarks.profile_trace import flags_line, operation_times, timed_and_traced
+from benchmarks.profile_trace import (flags_line, operation_times, stage_totals,
+                                      timed_and_traced)
 
 # the columns of the report, in a round's order ("other": loop control, anything unscoped)
 STAGE_COLUMNS = ("lookup", "draft", "tree", "verify", "accept", "auto", "commit", "other")
-
-
-def stage_totals(times: dict[str, list[float]], stage_of: dict[str, str | None],
-                 rounds: int) -> dict[str, float]:
-    """Microseconds per round of each stage: the operations' times (``{instruction: [us]}``)
-    summed by the stage of their instruction, over ``rounds`` profiled rounds."""
-    out: dict[str, float] = collections.defaultdict(float)
-    for name, durs in times.items():
-        stage = stage_of.get(name)
-        if stage:
-            out[stage] += sum(durs) / rounds
-    return dict(out)
 
 
 def profile_round(run, method: str, *, rounds: int, repeats: int) -> dict:

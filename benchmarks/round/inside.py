@@ -21,26 +21,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
 import tempfile
 import time
 
 from benchmarks.common import command_line
-from benchmarks.hlo_text import instruction_stages
-
-
-def stage_times(trace_dir: str, names: dict[str, str | None]) -> dict[str, float]:
-    """Summed event seconds per stage over a ``jax.profiler`` trace's CPU threads."""
-    from jax.profiler import ProfileData
-    out: dict[str, float] = collections.defaultdict(float)
-    for path in glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True):
-        for plane in ProfileData.from_file(path).planes:
-            for line in plane.lines:
-                for ev in line.events:
-                    stage = names.get(ev.name)
-                    if stage:
-                        out[stage] += ev.duration_ns * 1e-9
-    return dict(out)
+from benchmarks.hlo_text import instruction_stages, instructions
+from benchmarks.profile_trace import operation_times, stage_totals, trace_events
 
 
 def profile_method(pair, method: str, prompts, *, tokens: int, budget: int):
@@ -58,15 +44,19 @@ def profile_method(pair, method: str, prompts, *, tokens: int, budget: int):
         x = jnp.asarray(ids, jnp.int32)[None]
         # one compile per prompt shape; its own instruction names map its profile
         program = fn.lower(pair.params, x).compile()
-        names = instruction_stages(program.as_text(), STAGES)
+        text = program.as_text()
+        known = {ins.name: {"opcode": ins.opcode} for ins in instructions(text)}
         jax.block_until_ready(program(pair.params, x))     # warm
-        d = tempfile.mkdtemp()
-        t0 = time.perf_counter()
-        with jax.profiler.trace(d):
-            out = jax.block_until_ready(program(pair.params, x))
-        wall += time.perf_counter() - t0
-        for k, v in stage_times(d, names).items():
-            totals[k] += v
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.perf_counter()
+            with jax.profiler.trace(d):
+                out = jax.block_until_ready(program(pair.params, x))
+            wall += time.perf_counter() - t0
+            events = trace_events(d)
+        stages = stage_totals(operation_times(events, known),
+                              instruction_stages(text, STAGES), rounds=1)
+        for k, us in stages.items():
+            totals[k] += us * 1e-6
         rounds += float(out.num_rounds[0])
         committed += float(out.num_tokens[0])
     per_round = {k: v / rounds for k, v in totals.items() if k != "prefill"}
