@@ -142,10 +142,14 @@ def token_ids(ids, what: str = "prompt") -> jax.Array:
 def _plain_forward(params, tokens_BT, cfg: TargetConfig):
     B, T = tokens_BT.shape
     model = bind_target(cfg, params)
-    cache = KVCache.zeros(cfg.num_hidden_layers, B, T, cfg.num_key_value_heads, cfg.head_dim,
-                          jax.tree.leaves(params)[0].dtype)
+    cache = KVCache.for_target(cfg, B, T, jax.tree.leaves(params)[0].dtype)
     pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-    out = model(tokens_BT, pos, causal_mask(B, T, T), cache, jnp.zeros((B,), jnp.int32))
+    zeros_B = jnp.zeros((B,), jnp.int32)
+    if cfg.is_hybrid:   # recurrent layers read each row's path: the structured mask
+        causal_BTT = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, T, T))
+        out = model.forward_cached(tokens_BT, pos, cache, zeros_B, zeros_B, causal_BTT)
+    else:
+        out = model(tokens_BT, pos, causal_mask(B, T, T), cache, zeros_B)
     return model.logits(out.hidden)
 
 

@@ -16,12 +16,65 @@ SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": (False, False),
     "Qwen2ForCausalLM": (False, True),
     "MistralForCausalLM": (False, False),
+    # Gated DeltaNet hybrids (linear-attention layers beside gated full attention)
+    "Qwen3_5ForCausalLM": (True, False),
+    "Qwen3_5ForConditionalGeneration": (True, False),   # its text model; no vision tower
+}
+# hybrid architectures: config fields of their text model, norms scaled by (1 + weight)
+HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
+# layers a target may hold (``TargetConfig.layer_types``)
+TARGET_LAYER_TYPES = ("full_attention", "linear_attention")
+# known architectures this package cannot run, refused by name before anything loads
+REFUSED_ARCHITECTURES = {
+    "DeepseekV3ForCausalLM": "multi-head latent attention (MLA) is not implemented",
+    "KimiK25ForConditionalGeneration": "Kimi-K2.5 uses DeepSeek-V3's multi-head latent "
+                                       "attention (MLA), which is not implemented",
 }
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 class ConfigError(ValueError):
     """A checkpoint's configuration is invalid or unsupported."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearAttentionShape:
+    """The shape of a Gated DeltaNet layer (HF ``linear_*`` config fields)."""
+    conv_kernel: int = 4
+    num_key_heads: int = 16
+    num_value_heads: int = 32
+    key_head_dim: int = 128
+    value_head_dim: int = 128
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+    def problems(self) -> list[str]:
+        out = [f"linear_{name}={getattr(self, attr)!r} must be a positive integer"
+               for name, attr in (("conv_kernel_dim", "conv_kernel"),
+                                  ("num_key_heads", "num_key_heads"),
+                                  ("num_value_heads", "num_value_heads"),
+                                  ("key_head_dim", "key_head_dim"),
+                                  ("value_head_dim", "value_head_dim"))
+               if not isinstance(getattr(self, attr), int) or getattr(self, attr) < 1]
+        if not out and self.num_value_heads % self.num_key_heads:
+            out.append(f"linear_num_value_heads={self.num_value_heads} is not a multiple of "
+                       f"linear_num_key_heads={self.num_key_heads}")
+        return out
+
+    def state_bytes(self) -> int:
+        """float32 bytes of one sequence's state in one layer."""
+        return 4 * (self.conv_dim * (self.conv_kernel - 1)
+                    + self.num_value_heads * self.key_head_dim * self.value_head_dim)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,22 +120,78 @@ class TargetConfig(DecoderShape):
     # How decode/verify forwards read the cache (``layers.attend_cached``): "auto" (dense on a
     # GPU, buckets elsewhere), "bucket" or "dense". A runtime choice, not part of the model.
     attention_impl: str = "auto"
+    # hybrids: each layer's kind (None: every layer full attention) and the linear layers' shape
+    layer_types: tuple[str, ...] | None = None
+    linear_attention: LinearAttentionShape | None = None
+    attn_output_gate: bool = False       # attention output times sigmoid(gate) (q_proj's 2nd half)
+    partial_rotary_factor: float = 1.0   # RoPE on the first factor * head_dim dims only
+    norm_offset: float = 0.0             # RMSNorms scale by (norm_offset + weight)
 
     def __post_init__(self):
         super().__post_init__()
         if self.attention_impl not in ("auto", "bucket", "dense"):
             raise ConfigError(f"attention_impl must be 'auto', 'bucket' or 'dense', got "
                               f"{self.attention_impl!r}")
+        if self.layer_types is not None:
+            types = tuple(self.layer_types)
+            object.__setattr__(self, "layer_types", types)
+            if len(types) != self.num_hidden_layers:
+                raise ConfigError(f"layer_types has {len(types)} entries for "
+                                  f"{self.num_hidden_layers} layers")
+            unknown = sorted(set(types) - set(TARGET_LAYER_TYPES))
+            if unknown:
+                raise ConfigError(f"unsupported target layer type(s) {unknown}; supported: "
+                                  f"{TARGET_LAYER_TYPES}")
+            if "linear_attention" in types:
+                if self.linear_attention is None:
+                    raise ConfigError("linear_attention layers need the linear_* shape fields")
+                problems = self.linear_attention.problems()
+                if problems:
+                    raise ConfigError("; ".join(problems))
+        if not 0.0 < self.partial_rotary_factor <= 1.0 or self.rotary_dim % 2:
+            raise ConfigError(f"partial_rotary_factor={self.partial_rotary_factor!r} must lie "
+                              f"in (0, 1] and give an even rotary width (head_dim "
+                              f"{self.head_dim})")
+
+    @property
+    def rotary_dim(self) -> int:
+        """The leading head dims RoPE rotates."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    def is_linear(self, layer: int) -> bool:
+        """Whether layer ``layer`` is a Gated DeltaNet (linear-attention) layer."""
+        return self.layer_types is not None and self.layer_types[layer] == "linear_attention"
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.num_hidden_layers) if not self.is_linear(i))
+
+    @property
+    def linear_layers(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.num_hidden_layers) if self.is_linear(i))
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether some layer carries a recurrent state instead of a KV cache."""
+        return bool(self.linear_layers)
 
     @classmethod
     def from_hf_dict(cls, cfg: dict) -> "TargetConfig":
         archs = cfg.get("architectures") or []
         arch = archs[0] if archs else {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM",
-                                       "qwen2": "Qwen2ForCausalLM"}.get(cfg.get("model_type"), "?")
+                                       "qwen2": "Qwen2ForCausalLM",
+                                       "qwen3_5": "Qwen3_5ForConditionalGeneration",
+                                       "qwen3_5_text": "Qwen3_5ForCausalLM",
+                                       }.get(cfg.get("model_type"), "?")
+        if arch in REFUSED_ARCHITECTURES:
+            raise ConfigError(f"unsupported architecture {arch!r}: "
+                              f"{REFUSED_ARCHITECTURES[arch]}")
         if arch not in SUPPORTED_ARCHITECTURES:
             raise ConfigError(f"unsupported architecture {arch!r} (model_type="
                               f"{cfg.get('model_type')!r}); "
                               f"supported: {sorted(SUPPORTED_ARCHITECTURES)}")
+        if arch in HYBRID_ARCHITECTURES:
+            return cls._hybrid_from_hf_dict(cfg, arch)
         _require(cfg, "target", ("vocab_size", "hidden_size", "intermediate_size",
                                  "num_hidden_layers", "num_attention_heads"))
         if cfg.get("use_sliding_window") and cfg.get("sliding_window"):
@@ -100,6 +209,57 @@ class TargetConfig(DecoderShape):
             attention_bias=bool(cfg.get("attention_bias", qkv_bias)) or qkv_bias,
             max_position_embeddings=cfg.get("max_position_embeddings", 32768),
             architecture=arch,
+        )
+
+
+    @classmethod
+    def _hybrid_from_hf_dict(cls, cfg: dict, arch: str) -> "TargetConfig":
+        """Qwen3.5: the text model's fields (under ``text_config`` in the multimodal layout,
+        whose vision tower is not loaded), Gated DeltaNet layers beside gated attention."""
+        text = cfg
+        if arch == "Qwen3_5ForConditionalGeneration" or "text_config" in cfg:
+            text = cfg.get("text_config")
+            if not isinstance(text, dict):
+                raise ConfigError(f"{arch} config.json lacks its text_config object")
+        _require(text, "target text", ("vocab_size", "hidden_size", "intermediate_size",
+                                       "num_hidden_layers", "num_attention_heads"))
+        L = text["num_hidden_layers"]
+        types = text.get("layer_types")
+        if types is None:
+            every = text.get("full_attention_interval", 4)
+            types = ["linear_attention" if (i + 1) % every else "full_attention"
+                     for i in range(L)]
+        rope_theta, rope_scaling = hf_rope_fields(text, 10000.0)
+        rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+        partial = rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25))
+        if rope_scaling is not None:   # text-only positions make M-RoPE plain RoPE
+            rope_scaling = tuple((k, v) for k, v in rope_scaling
+                                 if k not in ("mrope_section", "mrope_interleaved",
+                                              "partial_rotary_factor"))
+            if dict(rope_scaling).get("rope_type", dict(rope_scaling).get("type")) in (
+                    None, "default"):
+                rope_scaling = None
+        tie = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+        return cls(
+            **hf_shape_fields({**text, "head_dim": text.get("head_dim", 256)}),
+            rms_norm_eps=text.get("rms_norm_eps", 1e-6),
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            tie_word_embeddings=bool(tie),
+            qk_norm=True,
+            attention_bias=bool(text.get("attention_bias", False)),
+            max_position_embeddings=text.get("max_position_embeddings", 32768),
+            architecture=arch,
+            layer_types=tuple(types),
+            linear_attention=LinearAttentionShape(
+                conv_kernel=text.get("linear_conv_kernel_dim", 4),
+                num_key_heads=text.get("linear_num_key_heads", 16),
+                num_value_heads=text.get("linear_num_value_heads", 32),
+                key_head_dim=text.get("linear_key_head_dim", 128),
+                value_head_dim=text.get("linear_value_head_dim", 128)),
+            attn_output_gate=True,
+            partial_rotary_factor=float(partial),
+            norm_offset=1.0,
         )
 
 

@@ -53,6 +53,10 @@ LOGICAL_AXES = {
     "head_in": "the Domino head's input (H + G)",
     "head_embed": "the Domino head's embedding (E)",
     "draft_ids": "the draft vocabulary's target ids (d2t)",
+    "linear_channels": "a Gated DeltaNet layer's q/k/v/z channels (its conv channels)",
+    "linear_heads": "a Gated DeltaNet layer's value heads (beta/decay rows, A_log, dt_bias)",
+    "conv_kernel": "the taps of a causal depthwise convolution (and its unit group axis)",
+    "expert": "the routed experts of a mixture-of-experts block",
 }
 
 

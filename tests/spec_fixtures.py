@@ -7,15 +7,27 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
-from dominotree_jax.config import DrafterConfig, TargetConfig
+from dominotree_jax.config import DrafterConfig, LinearAttentionShape, TargetConfig
 from dominotree_jax.model.drafter import Drafter, init_drafter_params
 from dominotree_jax.model.target import init_target_params
 
 
-def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, layers=2):
+# a Qwen3.5-style hybrid: Gated DeltaNet layers around one gated full-attention layer
+HYBRID = dict(layer_types=("linear_attention", "full_attention", "linear_attention"),
+              linear_attention=LinearAttentionShape(conv_kernel=4, num_key_heads=2,
+                                                    num_value_heads=4, key_head_dim=8,
+                                                    value_head_dim=8),
+              attn_output_gate=True, partial_rotary_factor=0.5, norm_offset=1.0, qk_norm=True,
+              architecture="Qwen3_5ForCausalLM")
+
+
+def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, layers=2,
+              hybrid=False):
+    """``hybrid``: the target is a 3-layer ``HYBRID`` (linear, full, linear attention)."""
+    layers = 3 if hybrid else layers
     tcfg = TargetConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                        head_dim=8, rope_theta=1e4)
+                        head_dim=8, rope_theta=1e4, **(HYBRID if hybrid else {}))
     dcfg = DrafterConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
                          head_dim=8, block_size=block_size, mask_token_id=vocab - 1,
@@ -76,13 +88,13 @@ def exact_joint(tcfg, target_params, prompt, n_tok: int = 3, temperature: float 
     return probs
 
 
-def sampling_case():
+def sampling_case(hybrid: bool = False):
     """What the sampling tests draw against: ``(tcfg, dcfg, params, prompt, exact)``, a tiny
     pair with a 6-token vocabulary, the prompt ``[1, 4, 2]`` and the target's exact joint of the
     first three tokens after it (flattened, ``[V ** 3]``)."""
     import numpy as np
 
-    tcfg, dcfg, params = tiny_pair(vocab=6, block_size=4, seed=3)
+    tcfg, dcfg, params = tiny_pair(vocab=6, block_size=4, seed=3, hybrid=hybrid)
     prompt = np.array([1, 4, 2])
     return tcfg, dcfg, params, prompt, exact_joint(tcfg, params["target"], prompt).reshape(-1)
 

@@ -20,6 +20,7 @@ from dominotree_jax.decoding.accept import Accepted
 from dominotree_jax.decoding.draft import Draft
 from dominotree_jax.model.cache import KVCache, KVRows, gather_rows, write_layer
 from dominotree_jax.model.drafter import DrafterContext
+from dominotree_jax.model.gated_deltanet import absorb, gather_path
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Float, Int
@@ -30,7 +31,8 @@ PAD = -1  # token value after ``num_tokens``
 class RoundRows(NamedTuple):
     """What one round keeps, in ``P`` path slots (root first; slots past the accepted path repeat
     its last row and are never visible)."""
-    kv: KVRows              # the kept rows' K/V, per layer [B, P, K, D]
+    kv: KVRows              # the kept rows' K/V, per attention layer [B, P, K, D] (and a
+    #                         hybrid's recurrent rows, per linear-attention layer)
     taps_BPF: Float[Array, "B P F"]  # their tapped target features
     new_BP: Int[Array, "B P"]        # tokens to append: accepted node tokens, then the bonus; PAD
     logp_BP: Float[Array, "B P"]     # their log-probs (zeros without log-probs)
@@ -86,8 +88,11 @@ def keep_rows(draft: Draft, acc: Accepted, rows: KVRows, taps_BRF, path_logprobs
         ctx_kv = tuple((pad(k, mode="edge"), pad(v, mode="edge"))
                        for k, v in zip(k_rows, v_rows))
     rows_BP = pad(acc.rows_BP, mode="edge")
-    return RoundRows(kv=KVRows(k=tuple(gather_rows(k, rows_BP) for k in rows.k),
-                               v=tuple(gather_rows(v, rows_BP) for v in rows.v)),
+
+    def take(x):
+        return gather_rows(x, rows_BP)
+    return RoundRows(kv=KVRows(k=tuple(map(take, rows.k)), v=tuple(map(take, rows.v)),
+                               recurrent=tuple(gather_path(r, take) for r in rows.recurrent)),
                      taps_BPF=gather_rows(taps_BRF, rows_BP),
                      new_BP=pad(new_BP, constant_values=PAD), logp_BP=pad(logp_BP),
                      num_nodes_B=acc.num_nodes_B, ctx_kv=ctx_kv)
@@ -95,9 +100,22 @@ def keep_rows(draft: Draft, acc: Accepted, rows: KVRows, taps_BRF, path_logprobs
 
 def write_kept(cache: KVCache, kept: RoundRows, start_B) -> KVCache:
     """The target cache with the kept rows' K/V written at slots ``start .. start + P - 1``
-    (the accepted path first; the padding slots past it are never visible)."""
-    return KVCache(k=tuple(write_layer(c, r, start_B) for c, r in zip(cache.k, kept.kv.k)),
-                   v=tuple(write_layer(c, r, start_B) for c, r in zip(cache.v, kept.kv.v)))
+    (the accepted path first; the padding slots past it are never visible), and a hybrid's
+    recurrent states moved along the accepted path (``absorb_kept``)."""
+    return absorb_kept(cache._replace(
+        k=tuple(write_layer(c, r, start_B) for c, r in zip(cache.k, kept.kv.k)),
+        v=tuple(write_layer(c, r, start_B) for c, r in zip(cache.v, kept.kv.v))), kept)
+
+
+def absorb_kept(cache: KVCache, kept: RoundRows) -> KVCache:
+    """A hybrid target's recurrent states after the kept path's ``num_nodes + 1`` rows (the
+    root and the accepted nodes; docs/algorithm.md §5.1); the K/V as they are. Dense targets:
+    ``cache`` unchanged. Rows already done absorb rows nobody reads."""
+    if not cache.recurrent:
+        return cache
+    count_B = kept.num_nodes_B + 1
+    return cache._replace(recurrent=tuple(absorb(st, rows, count_B) for st, rows in
+                                          zip(cache.recurrent, kept.kv.recurrent)))
 
 
 def commit(cache: KVCache, ctx, drafter, out_BO, logp_BO, kept: RoundRows, *, start_B, n_B,

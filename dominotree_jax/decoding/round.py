@@ -29,8 +29,8 @@ import jax.numpy as jnp
 
 from dominotree_jax.decoding.accept import accept_walk
 from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState
-from dominotree_jax.decoding.commit import (PAD, Committed, RoundRows, commit, keep_rows,
-                                            write_kept)
+from dominotree_jax.decoding.commit import (PAD, Committed, RoundRows, absorb_kept, commit,
+                                            keep_rows, write_kept)
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import (Draft, draft_round, first_nodes, lookup_cands,
                                            lookup_draft, skipped_draft, tap_layers_for)
@@ -228,7 +228,8 @@ def fixed_round(inp: RoundInput, *, size: int, config: DecodeConfig, target,
                         drafter=drafter)
     in_place = not config.is_tree or size == 0
     with jax.named_scope(STAGE_COMMIT):
-        cache = v.cache if in_place else write_kept(v.cache, v.rows, inp.start_B)
+        cache = (absorb_kept(v.cache, v.rows) if in_place
+                 else write_kept(v.cache, v.rows, inp.start_B))
     return RoundResult(cache=cache, rows=v.rows, size_B=jnp.full((B,), size, jnp.int32),
                        auto=None)
 
@@ -302,8 +303,8 @@ def sized_round(inp: RoundInput, draft: Draft, *, num_nodes: int, config: Decode
         # decode's auto loop writes after its size switch, which orders the write.
         v = verify_and_keep(inp, draft, num_nodes=0, config=config, target=target,
                             drafter=drafter)
-        return RoundResult(cache=v.cache, rows=v.rows, size_B=jnp.zeros((B,), jnp.int32),
-                           auto=None)
+        return RoundResult(cache=absorb_kept(v.cache, v.rows), rows=v.rows,
+                           size_B=jnp.zeros((B,), jnp.int32), auto=None)
     v = verify_and_keep(inp, draft, num_nodes=num_nodes, config=config, target=target,
                         drafter=drafter, in_branch=True)
     return RoundResult(cache=write_kept(inp.cache, v.rows, inp.start_B), rows=v.rows,

@@ -61,10 +61,35 @@ def as_stored(new: jax.Array, stored_dtype) -> jax.Array:
     return lax.bitcast_convert_type(new, CACHE_BITS) if stored_dtype == CACHE_BITS else new
 
 
+class RecurrentState(NamedTuple):
+    """One linear-attention layer's committed state (float32; ``model/gated_deltanet.py``);
+    ``shape``: a ``config.LinearAttentionShape``."""
+    conv: jax.Array   # [B, conv_kernel - 1, C]: the last conv inputs, oldest first
+    ssm: jax.Array    # [B, heads, dk, dv]
+
+    @classmethod
+    def zeros(cls, shape, batch: int) -> "RecurrentState":
+        return cls(jnp.zeros((batch, shape.conv_kernel - 1, shape.conv_dim), jnp.float32),
+                   jnp.zeros((batch, shape.num_value_heads, shape.key_head_dim,
+                              shape.value_head_dim), jnp.float32))
+
+
+class RecurrentRows(NamedTuple):
+    """What a forward's rows leave for ``absorb`` (per row, float32)."""
+    conv_in: jax.Array   # [B, T, C] the conv inputs
+    k: jax.Array         # [B, T, heads, dk] normalised keys
+    u: jax.Array         # [B, T, heads, dv] corrected values
+    gcum: jax.Array      # [B, T, heads] summed log-decay along the row's path (incl. itself)
+
+
 class KVCache(NamedTuple):
-    # one per layer, stored: float values, or a bfloat16 layer's bits (``view_layer`` reads)
+    """A target's cache: K/V per attention layer, and (hybrid targets) a recurrent state per
+    Gated DeltaNet layer (``model/gated_deltanet.py``), each tuple in layer order."""
+    # one per attention layer, stored: float values, or a bfloat16 layer's bits (``view_layer``)
     k: tuple[Shaped[Array, "B K S D"], ...]
     v: tuple[Shaped[Array, "B K S D"], ...]
+    # one ``RecurrentState`` per linear-attention layer (float32); () for dense targets
+    recurrent: tuple = ()
 
     @property
     def max_len(self) -> int:
@@ -72,7 +97,7 @@ class KVCache(NamedTuple):
 
     @property
     def num_layers(self) -> int:
-        return len(self.k)
+        return len(self.k) + len(self.recurrent)
 
     @property
     def dtype(self) -> jnp.dtype:
@@ -87,11 +112,22 @@ class KVCache(NamedTuple):
         return cls(tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
                    tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)))
 
+    @classmethod
+    def for_target(cls, cfg, batch: int, max_len: int, dtype=jnp.float32) -> "KVCache":
+        """An empty cache for target config ``cfg``: K/V slots for its attention layers, a zero
+        recurrent state for its linear-attention ones."""
+        kv = cls.zeros(len(cfg.attention_layers), batch, max_len, cfg.num_key_value_heads,
+                       cfg.head_dim, dtype)
+        return kv._replace(recurrent=tuple(RecurrentState.zeros(cfg.linear_attention, batch)
+                                           for _ in cfg.linear_layers))
+
 
 class KVRows(NamedTuple):
     """The K/V of some rows (a round's kept path), row-major per layer: not a cache."""
-    k: tuple[Float[Array, "B T K D"], ...]  # one per layer
+    k: tuple[Float[Array, "B T K D"], ...]  # one per attention layer
     v: tuple[Float[Array, "B T K D"], ...]
+    # one ``RecurrentRows`` per linear-attention layer (what ``absorb`` needs); ()
+    recurrent: tuple = ()
 
 
 # Batched writes/moves are gathers/scatters with explicit *batching dims* (operand batch dim <->

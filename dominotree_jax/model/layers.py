@@ -50,15 +50,20 @@ class Embedding(nnx.Module):
 
 
 class RMSNorm(nnx.Module):
-    def __init__(self, dim: int, eps: float, *, axis: str = "embed", dtype=jnp.float32):
-        self.weight = nnx.Param(jnp.ones((dim,), dtype), **declare(axis))
+    def __init__(self, dim: int, eps: float, *, axis: str = "embed", dtype=jnp.float32,
+                 offset: float = 0.0):
+        """``offset`` (static): the scale is ``offset + weight`` (Qwen3.5's zero-centred
+        norms store ``weight`` around 0 and scale by ``1 + weight``)."""
+        self.weight = nnx.Param(jnp.full((dim,), 1.0 - offset, dtype), **declare(axis))
         self.eps = eps
+        self.offset = offset
 
     def __call__(self, x):
         """Normalised in float32, returned in float32 (the weight is upcast)."""
         x32 = x.astype(jnp.float32)
         x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return self.weight[...].astype(jnp.float32) * x32
+        scale = self.weight[...].astype(jnp.float32)
+        return (scale + self.offset if self.offset else scale) * x32
 
 
 class SwiGLU(nnx.Module):
@@ -138,11 +143,15 @@ def rope_cos_sin(positions, inv_freq, scale: float):
 
 def apply_rope(x, cos_BTD, sin_BTD):
     """Rotate-half RoPE of ``x [B, T, heads, D]`` (query or kv heads; pairs are (first half,
-    second half)), computed and returned in float32."""
+    second half)), computed and returned in float32. cos/sin narrower than ``D`` (partial
+    rotary) rotate the leading dims and pass the rest through."""
     x32 = x.astype(jnp.float32)
-    x1, x2 = jnp.split(x32, 2, axis=-1)
+    rot = cos_BTD.shape[-1]
+    x_rot, x_pass = x32[..., :rot], x32[..., rot:]
+    x1, x2 = jnp.split(x_rot, 2, axis=-1)
     rotated = jnp.concatenate([-x2, x1], axis=-1)
-    return x32 * cos_BTD[:, :, None, :] + rotated * sin_BTD[:, :, None, :]
+    out = x_rot * cos_BTD[:, :, None, :] + rotated * sin_BTD[:, :, None, :]
+    return out if rot == x32.shape[-1] else jnp.concatenate([out, x_pass], axis=-1)
 
 
 # --------------------------------------------------------------------------- attention
@@ -377,27 +386,42 @@ def attend_cached(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD, 
 
 
 class Attention(nnx.Module):
-    """Qwen3/Llama/Qwen2 attention projections (optional q/k RMSNorm, optional qkv bias)."""
+    """Qwen3/Llama/Qwen2 attention projections (optional q/k RMSNorm, optional qkv bias);
+    Qwen3.5's gated attention: ``output_gate`` (``q_proj`` gives each head's query then its
+    gate, the output is times ``sigmoid(gate)``) and zero-centred q/k norms (``norm_offset``)."""
 
     def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int, *,
                  qk_norm: bool, bias: bool, eps: float, dtype, operand_dtype=None,
-                 rngs: nnx.Rngs):
+                 output_gate: bool = False, norm_offset: float = 0.0, rngs: nnx.Rngs):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.output_gate = output_gate
         lin = functools.partial(Linear, dtype=dtype, operand_dtype=operand_dtype, rngs=rngs)
-        self.q_proj = lin(hidden, num_heads * head_dim, axes=("heads", "embed"), bias=bias)
+        q_width = num_heads * head_dim * (2 if output_gate else 1)
+        self.q_proj = lin(hidden, q_width, axes=("heads", "embed"), bias=bias)
         self.k_proj = lin(hidden, num_kv_heads * head_dim, axes=("kv_heads", "embed"), bias=bias)
         self.v_proj = lin(hidden, num_kv_heads * head_dim, axes=("kv_heads", "embed"), bias=bias)
         self.o_proj = lin(num_heads * head_dim, hidden, axes=("embed", "heads"))
-        norm = functools.partial(RMSNorm, head_dim, eps, axis="head_dim", dtype=dtype)
+        norm = functools.partial(RMSNorm, head_dim, eps, axis="head_dim", dtype=dtype,
+                                 offset=norm_offset)
         self.q_norm = norm() if qk_norm else None
         self.k_norm = norm() if qk_norm else None
 
     def queries(self, x_BTH, cos, sin):
+        return self.queries_and_gate(x_BTH, cos, sin)[0]
+
+    def queries_and_gate(self, x_BTH, cos, sin):
+        """Rotated queries ``[B, T, Q, D]`` and the output gate ``[B, T, Q, D]`` (None without
+        ``output_gate``)."""
         B, T, _ = x_BTH.shape
-        q = self.q_proj(x_BTH).reshape(B, T, self.num_heads, self.head_dim)
+        q = self.q_proj(x_BTH)
+        gate = None
+        if self.output_gate:
+            q = q.reshape(B, T, self.num_heads, 2 * self.head_dim)
+            q, gate = q[..., :self.head_dim], q[..., self.head_dim:]
+        q = q.reshape(B, T, self.num_heads, self.head_dim)
         if self.q_norm is not None:
             q = self.q_norm(q)
-        return apply_rope(q, cos, sin)
+        return apply_rope(q, cos, sin), gate
 
     def keys_values(self, x_BTH, cos, sin):
         """Rotated keys and values ``[B, T, K, D]`` for inputs ``x``."""
@@ -408,6 +432,9 @@ class Attention(nnx.Module):
         v = self.v_proj(x_BTH).reshape(B, T, self.num_kv_heads, self.head_dim)
         return apply_rope(k, cos, sin), v
 
-    def output(self, attn_BTQD):
+    def output(self, attn_BTQD, gate_BTQD=None):
         B, T = attn_BTQD.shape[:2]
+        if gate_BTQD is not None:
+            attn_BTQD = attn_BTQD.astype(jnp.float32) * jax.nn.sigmoid(
+                gate_BTQD.astype(jnp.float32))
         return self.o_proj(attn_BTQD.reshape(B, T, self.num_heads * self.head_dim))

@@ -26,6 +26,7 @@ from flax import nnx
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.cache import (KVCache, KVRows, gather_rows, value_dtype, view_layer,
                                         write_layer)
+from dominotree_jax.model.gated_deltanet import GatedDeltaNet, absorb
 from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend,
                                          attend_cached, matmul_t, rope_cos_sin, rope_inv_freq)
 from dominotree_jax.precision import (ACTIVATION_DTYPE, float32_view, params_precision,
@@ -34,16 +35,32 @@ from dominotree_jax.precision import (ACTIVATION_DTYPE, float32_view, params_pre
 # prompt tokens per prefill forward (one compiled chunk program); 512 measured fastest for a 4k
 # prompt on an Intel Xeon (11.5 s against 14.9 s at 256; docs/precision.md)
 PREFILL_CHUNK = 512
+# a hybrid's chunks: a linear-attention layer solves a T x T system per chunk (the chunked
+# gated-delta form), whose work and float32 error grow with T; 64 as the reference kernels use
+HYBRID_PREFILL_CHUNK = 64
 
 
 class DecoderLayer(nnx.Module):
-    def __init__(self, cfg: TargetConfig, *, dtype, operand_dtype=None, rngs: nnx.Rngs):
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype)
-        self.self_attn = Attention(cfg.hidden_size, cfg.num_attention_heads,
-                                   cfg.num_key_value_heads, cfg.head_dim, qk_norm=cfg.qk_norm,
-                                   bias=cfg.attention_bias, eps=cfg.rms_norm_eps, dtype=dtype,
-                                   operand_dtype=operand_dtype, rngs=rngs)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype)
+    def __init__(self, cfg: TargetConfig, layer: int, *, dtype, operand_dtype=None,
+                 rngs: nnx.Rngs):
+        """An attention layer (``self_attn``) or, on a hybrid's linear-attention layers, a
+        Gated DeltaNet (``linear_attn``)."""
+        norm = functools.partial(RMSNorm, cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype,
+                                 offset=cfg.norm_offset)
+        self.input_layernorm = norm()
+        if cfg.is_linear(layer):
+            self.linear_attn = GatedDeltaNet(cfg.hidden_size, cfg.linear_attention,
+                                             cfg.rms_norm_eps, dtype=dtype,
+                                             operand_dtype=operand_dtype, rngs=rngs)
+        else:
+            self.self_attn = Attention(cfg.hidden_size, cfg.num_attention_heads,
+                                       cfg.num_key_value_heads, cfg.head_dim,
+                                       qk_norm=cfg.qk_norm, bias=cfg.attention_bias,
+                                       eps=cfg.rms_norm_eps, dtype=dtype,
+                                       operand_dtype=operand_dtype,
+                                       output_gate=cfg.attn_output_gate,
+                                       norm_offset=cfg.norm_offset, rngs=rngs)
+        self.post_attention_layernorm = norm()
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, dtype=dtype,
                           operand_dtype=operand_dtype, rngs=rngs)
 
@@ -52,7 +69,8 @@ class ForwardOut(NamedTuple):
     hidden: jax.Array   # [B, T, H] after the final norm (feed to ``TargetModel.logits``)
     taps: jax.Array     # [B, T, len(tap_layers) * H] concatenated tapped layer outputs
     cache: KVCache
-    rows: KVRows | None = None    # the new rows' own K/V, per layer [B, T, K, D]
+    rows: KVRows | None = None    # the new rows' own K/V, per attention layer [B, T, K, D]
+    #                               (and their recurrent rows, per linear-attention layer)
 
 
 class TargetModel(nnx.Module):
@@ -63,10 +81,11 @@ class TargetModel(nnx.Module):
         self.cfg = cfg
         self.operand_dtype = operand_dtype
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, rngs=rngs)
-        self.layers = nnx.List([DecoderLayer(cfg, dtype=dtype, operand_dtype=operand_dtype,
+        self.layers = nnx.List([DecoderLayer(cfg, i, dtype=dtype, operand_dtype=operand_dtype,
                                              rngs=rngs)
-                                for _ in range(cfg.num_hidden_layers)])
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype)
+                                for i in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype,
+                            offset=cfg.norm_offset)
         self.lm_head = (None if cfg.tie_word_embeddings else
                         Linear(cfg.hidden_size, cfg.vocab_size, axes=("vocab", "embed"),
                                dtype=dtype, operand_dtype=operand_dtype, rngs=rngs))
@@ -101,7 +120,13 @@ class TargetModel(nnx.Module):
     def __call__(self, tokens_BT, positions_BT, mask_BTS, cache: KVCache, write_start_B,
                  tap_layers: tuple[int, ...] = ()) -> ForwardOut:
         """Forward with a dense boolean mask ``[B, T, S]`` over the cache slots (after the
-        new rows are written at ``write_start``)."""
+        new rows are written at ``write_start``). Dense targets only: a hybrid's recurrent
+        state needs each row's path, which ``forward_cached`` takes."""
+        if self.cfg.is_hybrid:
+            raise NotImplementedError(
+                f"{self.cfg.architecture}: the dense-mask forward does not serve targets with "
+                "linear-attention layers; use forward_cached (a structured mask)")
+
         def attn(i, q, k, v, cache_k, cache_v):
             cache_k = write_layer(cache_k, k, write_start_B)
             cache_v = write_layer(cache_v, v, write_start_B)
@@ -111,9 +136,13 @@ class TargetModel(nnx.Module):
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
 
     def forward_cached(self, tokens_BT, positions_BT, cache: KVCache, write_start_B, prefix_B,
-                       block_mask_BTT, tap_layers: tuple[int, ...] = ()) -> ForwardOut:
+                       block_mask_BTT, tap_layers: tuple[int, ...] = (),
+                       absorb_B=None) -> ForwardOut:
         """Forward ``T`` new rows written at slots ``write_start_b + t``; row ``t`` sees the
-        cache slots ``< prefix_b`` and the new rows ``j`` with ``block_mask[b, t, j]``."""
+        cache slots ``< prefix_b`` and the new rows ``j`` with ``block_mask[b, t, j]``.
+        A hybrid's recurrent states move on by the first ``absorb_b`` rows (a chain: prefill
+        chunks); None leaves them (a verification: ``decoding/commit.py`` absorbs the kept
+        path)."""
         def attn(i, q, k, v, cache_k, cache_v):
             # Write first, then read the written cache (only slots < prefix, unchanged): reading
             # the pre-write cache made XLA copy every layer's cache to keep the old value.
@@ -122,7 +151,13 @@ class TargetModel(nnx.Module):
             q, k, v = _kv_operands(q, k, v, value_dtype(cache_k.dtype))
             return (attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
                                   mode=self.cfg.attention_impl), cache_k, cache_v)
-        return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
+        out = self._layers(tokens_BT, positions_BT, cache, attn, tap_layers,
+                           (block_mask_BTT, positions_BT - prefix_B[:, None]))
+        if absorb_B is None or not out.cache.recurrent:
+            return out
+        return out._replace(cache=out.cache._replace(recurrent=tuple(
+            absorb(st, r, absorb_B) for st, r in zip(out.cache.recurrent,
+                                                     out.rows.recurrent))))
 
     def forward_cached_groups(self, tokens_BT, positions_BT, cache: KVCache, write_start_B,
                               prefix_B, block_mask_BTT, widths: tuple[int, ...],
@@ -150,6 +185,9 @@ class TargetModel(nnx.Module):
                                   prefix_B[g * R:(g + 1) * R], mode="dense", fused=fused)
                     for g, w in enumerate(widths)]
             return jnp.concatenate(outs, axis=0), cache_k, cache_v
+        if self.cfg.is_hybrid:
+            raise NotImplementedError(f"{self.cfg.architecture}: slot groups serve dense "
+                                      "targets only")
         return self._layers(tokens_BT, positions_BT, cache, attn, ())
 
     def forward_rows(self, tokens_BT, positions_BT, cache: KVCache, prefix_B, block_mask_BTT,
@@ -163,27 +201,41 @@ class TargetModel(nnx.Module):
             out = attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
                                 mode=self.cfg.attention_impl)
             return out, cache_k, cache_v
-        return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
+        return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers,
+                            (block_mask_BTT, positions_BT - prefix_B[:, None]))
 
-    def _layers(self, tokens_BT, positions_BT, cache: KVCache, attn, tap_layers) -> ForwardOut:
+    def _layers(self, tokens_BT, positions_BT, cache: KVCache, attn, tap_layers,
+                paths=None) -> ForwardOut:
+        """``paths``: (in-block mask ``[B, T, T]``, each row's depth in the block ``[B, T]``),
+        what a linear-attention layer reads (``gated_deltanet.py``)."""
         cfg = self.cfg
-        if cache.num_layers != len(self.layers):
-            raise ValueError(f"cache has {cache.num_layers} layers, the model "
-                             f"{len(self.layers)}")
-        inv_freq, scale = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
+        if (len(cache.k), len(cache.recurrent)) != (len(cfg.attention_layers),
+                                                    len(cfg.linear_layers)):
+            raise ValueError(f"cache has {len(cache.k)} attention and {len(cache.recurrent)} "
+                             f"recurrent layers, the model {len(cfg.attention_layers)} and "
+                             f"{len(cfg.linear_layers)}")
+        inv_freq, scale = rope_inv_freq(cfg.rotary_dim, cfg.rope_theta, cfg.rope_scaling,
                                         cfg.max_position_embeddings)
         cos, sin = rope_cos_sin(positions_BT, inv_freq, scale)
         h = self.embed(tokens_BT)
         new_k, new_v, taps = list(cache.k), list(cache.v), {}
-        rows_k, rows_v = [], []
+        rows_k, rows_v, rows_rec = [], [], []
+        a = r = 0   # the next attention / recurrent cache entry
         for i, layer in enumerate(self.layers):
             x = layer.input_layernorm(h)
-            q = layer.self_attn.queries(x, cos, sin)
-            k, v = layer.self_attn.keys_values(x, cos, sin)
-            out, new_k[i], new_v[i] = attn(i, q, k, v, new_k[i], new_v[i])
-            rows_k.append(k)
-            rows_v.append(v)
-            h = h + layer.self_attn.output(out)
+            if cfg.is_linear(i):
+                out, rows = layer.linear_attn(x, cache.recurrent[r], *paths)
+                rows_rec.append(rows)
+                r += 1
+                h = h + out
+            else:
+                q, gate = layer.self_attn.queries_and_gate(x, cos, sin)
+                k, v = layer.self_attn.keys_values(x, cos, sin)
+                out, new_k[a], new_v[a] = attn(a, q, k, v, new_k[a], new_v[a])
+                rows_k.append(k)
+                rows_v.append(v)
+                a += 1
+                h = h + layer.self_attn.output(out, gate)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
             if i in tap_layers:
                 taps[i] = h
@@ -194,8 +246,8 @@ class TargetModel(nnx.Module):
             taps[len(self.layers) - 1] = normed
         tapped = (jnp.concatenate([taps[i] for i in tap_layers], axis=-1) if tap_layers
                   else jnp.zeros(h.shape[:2] + (0,), h.dtype))
-        return ForwardOut(normed, tapped, KVCache(tuple(new_k), tuple(new_v)),
-                          KVRows(tuple(rows_k), tuple(rows_v)))
+        return ForwardOut(normed, tapped, KVCache(tuple(new_k), tuple(new_v), cache.recurrent),
+                          KVRows(tuple(rows_k), tuple(rows_v), tuple(rows_rec)))
 
 
 def _kv_operands(q, k, v, kv_dtype):
@@ -257,33 +309,41 @@ def prefill(target: TargetModel, prompt_BT, lengths_B, max_len: int,
     The prompt goes through in chunks of ``chunk`` tokens (a ``fori_loop`` over one compiled
     chunk forward, stopping after the last chunk holding a real token): memory is bounded by the
     chunk, and each chunk attends blockwise to the cache written by the ones before it. The
-    last chunk is shifted left to end at column ``T`` (recomputing a few rows, identically).
-    Returns ``(ForwardOut, last_logits [B, V])`` with the logits after each row's last token.
+    last chunk is shifted left to end at column ``T`` (recomputing a few rows, identically);
+    a hybrid target's prompt is padded to whole chunks instead (its recurrent states take each
+    row once), in chunks of ``HYBRID_PREFILL_CHUNK``. Returns ``(ForwardOut, last_logits
+    [B, V])`` with the logits after each row's last token.
     ``chunk`` defaults to ``PREFILL_CHUNK``.
     """
     cfg = target.cfg
     B, T = prompt_BT.shape
-    chunk = PREFILL_CHUNK if chunk is None else chunk
+    if chunk is None:
+        chunk = HYBRID_PREFILL_CHUNK if cfg.is_hybrid else PREFILL_CHUNK
     if T > max_len:
         raise ValueError(f"prompt width {T} exceeds the cache length {max_len}")
     width = min(chunk, T)   # columns of one chunk (the chunk forward's ``T``)
-    cache = KVCache.zeros(cfg.num_hidden_layers, B, max_len, cfg.num_key_value_heads,
-                          cfg.head_dim, target.embed_tokens.weight[...].dtype)
+    if cfg.is_hybrid and T % width:
+        # a recurrent state cannot take a row twice: no shifted last chunk, the prompt padded
+        # to whole chunks instead (padding columns are past every row's length)
+        prompt_BT = jnp.pad(prompt_BT, ((0, 0), (0, width - T % width)))
+    Tw = prompt_BT.shape[1]
+    cache = KVCache.for_target(cfg, B, max_len, target.embed_tokens.weight[...].dtype)
     F = len(tap_layers) * cfg.hidden_size
-    hidden_BTH = jnp.zeros((B, T, cfg.hidden_size), ACTIVATION_DTYPE)
-    taps_BTF = jnp.zeros((B, T, F), ACTIVATION_DTYPE)
+    hidden_BTH = jnp.zeros((B, Tw, cfg.hidden_size), ACTIVATION_DTYPE)
+    taps_BTF = jnp.zeros((B, Tw, F), ACTIVATION_DTYPE)
     causal_TT = jnp.arange(width)[None, :] <= jnp.arange(width)[:, None]   # within a chunk
 
     def one_chunk(c, carry):
         cache, hidden_BTH, taps_BTF = carry
-        first = jnp.minimum(c * width, T - width)
+        first = jnp.minimum(c * width, Tw - width)
         # the chunk's own arrays: T = ``width`` columns here, as in ``forward_cached``
         chunk_BT = jax.lax.dynamic_slice_in_dim(prompt_BT, first, width, axis=1)
         chunk_pos_BT = jnp.broadcast_to(first + jnp.arange(width, dtype=jnp.int32), (B, width))
         chunk_mask_BTT = causal_TT[None] & (chunk_pos_BT[:, None, :] < lengths_B[:, None, None])
         start_B = jnp.full((B,), first, jnp.int32)
         out = target.forward_cached(chunk_BT, chunk_pos_BT, cache, start_B, start_B,
-                                    chunk_mask_BTT, tap_layers)
+                                    chunk_mask_BTT, tap_layers,
+                                    absorb_B=jnp.clip(lengths_B - first, 0, width))
         hidden_BTH = jax.lax.dynamic_update_slice_in_dim(hidden_BTH, out.hidden, first, axis=1)
         taps_BTF = jax.lax.dynamic_update_slice_in_dim(taps_BTF, out.taps, first, axis=1)
         return out.cache, hidden_BTH, taps_BTF
@@ -291,5 +351,6 @@ def prefill(target: TargetModel, prompt_BT, lengths_B, max_len: int,
     n_chunks = (jnp.max(lengths_B) + width - 1) // width
     cache, hidden_BTH, taps_BTF = jax.lax.fori_loop(0, n_chunks, one_chunk,
                                                     (cache, hidden_BTH, taps_BTF))
+    hidden_BTH, taps_BTF = hidden_BTH[:, :T], taps_BTF[:, :T]
     last_logits_BV = target.logits(gather_rows(hidden_BTH, lengths_B[:, None] - 1)[:, 0])
     return ForwardOut(hidden_BTH, taps_BTF, cache), last_logits_BV
