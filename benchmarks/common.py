@@ -44,6 +44,8 @@ GROUPS: dict[str, tuple[str, dict[str, str]]] = {
     }),
     "step": ("one target step: ar vs transformers, its stages, products, cache writes, HLO", {
         "ar": "our jitted ar vs transformers generate, per precision and batch size",
+        "layer_kinds": "one layer of each kind (Gated DeltaNet, gated attention) at real "
+                       "width: 1-row step, 17-row tree verify, state bytes",
         "profile": "one target step per stage (projections, attention, cache writes, MLP, "
                    "head)",
         "long_prompt": "prefill, per-token decode and peak memory at 512..8k prompt tokens, "

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from convert.errors import CheckpointError
 from convert.files import checkpoint_names, param_dtype, read_checkpoint_tensors, read_config
 from convert.params import fill_state
+from convert.target_layouts import adapt_target_tensors
 from dominotree_jax.config import ConfigError, TargetConfig
 from dominotree_jax.model.target import target_graphdef
 
@@ -48,6 +50,10 @@ def load_hf_target(path: str, dtype: str | None = "float32"):
     cfg = hf_target_config(path)
     named = checkpoint_names(path, read_checkpoint_tensors(path),
                              lambda n: target_tensor_name(cfg, n))
+    try:
+        named = adapt_target_tensors(cfg, named)
+    except ValueError as e:   # experts missing or of unequal shapes
+        raise CheckpointError(path, other=[str(e)]) from None
     dtype = param_dtype(path, dtype, named)
     _, abstract = target_graphdef(cfg, dtype)
     return cfg, fill_state(abstract, named, path, jnp.dtype(dtype))

@@ -19,9 +19,19 @@ SUPPORTED_ARCHITECTURES = {
     # Gated DeltaNet hybrids (linear-attention layers beside gated full attention)
     "Qwen3_5ForCausalLM": (True, False),
     "Qwen3_5ForConditionalGeneration": (True, False),   # its text model; no vision tower
+    "Qwen3_5MoeForCausalLM": (True, False),
+    "Qwen3_5MoeForConditionalGeneration": (True, False),
+    "Qwen3NextForCausalLM": (True, False),
+    # mixture-of-experts
+    "Qwen3MoeForCausalLM": (True, False),
 }
 # hybrid architectures: config fields of their text model, norms scaled by (1 + weight)
-HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
+HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
+                        "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+                        "Qwen3NextForCausalLM")
+# multimodal releases whose text model sits under ``text_config`` / ``model.language_model``
+MULTIMODAL_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration",
+                            "Qwen3_5MoeForConditionalGeneration")
 # layers a target may hold (``TargetConfig.layer_types``)
 TARGET_LAYER_TYPES = ("full_attention", "linear_attention")
 # known architectures this package cannot run, refused by name before anything loads
@@ -35,6 +45,62 @@ SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 class ConfigError(ValueError):
     """A checkpoint's configuration is invalid or unsupported."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeShape:
+    """A target's mixture-of-experts layers (``model/moe.py``): ``layers`` are sparse, the
+    others dense SwiGLU MLPs of ``intermediate_size``. ``kind``: "qwen" (softmax, top-k,
+    renormalised when ``norm_topk_prob``; a sigmoid-gated shared expert when
+    ``shared_intermediate``) or "gpt_oss" (top-k logits then softmax; clamped experts with
+    biases, a router bias)."""
+    num_experts: int
+    top_k: int
+    intermediate: int
+    layers: tuple[int, ...]
+    norm_topk_prob: bool = True
+    shared_intermediate: int = 0
+    kind: str = "qwen"
+    swiglu_alpha: float = 1.702
+    swiglu_limit: float = 7.0
+
+    def problems(self, num_layers: int) -> list[str]:
+        out = [f"{name}={getattr(self, name)!r} must be a positive integer"
+               for name in ("num_experts", "top_k", "intermediate")
+               if not isinstance(getattr(self, name), int) or getattr(self, name) < 1]
+        if not out and self.top_k > self.num_experts:
+            out.append(f"num_experts_per_tok={self.top_k} exceeds num_experts="
+                       f"{self.num_experts}")
+        if self.kind not in ("qwen", "gpt_oss"):
+            out.append(f"unknown mixture-of-experts kind {self.kind!r}")
+        bad = [i for i in self.layers if not 0 <= i < num_layers]
+        if bad:
+            out.append(f"mixture-of-experts layer(s) {bad} outside the {num_layers} layers")
+        return out
+
+
+def moe_layers(cfg: dict, num_layers: int) -> tuple[int, ...]:
+    """The sparse layers of an HF MoE config: every ``decoder_sparse_step``-th layer not in
+    ``mlp_only_layers``."""
+    step = cfg.get("decoder_sparse_step", 1) or 1
+    dense = set(cfg.get("mlp_only_layers") or ())
+    return tuple(i for i in range(num_layers) if i not in dense and (i + 1) % step == 0)
+
+
+def hf_moe_shape(cfg: dict, num_layers: int, *, shared: bool) -> MoeShape:
+    """A Qwen-family ``MoeShape`` from an HF config (its text config for multimodal ones;
+    releases name the expert count ``num_experts``, transformers 5 saves
+    ``num_local_experts``)."""
+    cfg = {"num_experts": cfg.get("num_local_experts"), **{k: v for k, v in cfg.items()
+                                                           if v is not None}}
+    _require(cfg, "mixture-of-experts", ("num_experts", "num_experts_per_tok",
+                                         "moe_intermediate_size"))
+    return MoeShape(num_experts=cfg["num_experts"], top_k=cfg["num_experts_per_tok"],
+                    intermediate=cfg["moe_intermediate_size"],
+                    layers=moe_layers(cfg, num_layers),
+                    norm_topk_prob=bool(cfg.get("norm_topk_prob", True)),
+                    shared_intermediate=(cfg.get("shared_expert_intermediate_size") or 0
+                                         if shared else 0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +192,7 @@ class TargetConfig(DecoderShape):
     attn_output_gate: bool = False       # attention output times sigmoid(gate) (q_proj's 2nd half)
     partial_rotary_factor: float = 1.0   # RoPE on the first factor * head_dim dims only
     norm_offset: float = 0.0             # RMSNorms scale by (norm_offset + weight)
+    moe: MoeShape | None = None          # mixture-of-experts layers (None: dense MLPs)
 
     def __post_init__(self):
         super().__post_init__()
@@ -148,6 +215,10 @@ class TargetConfig(DecoderShape):
                 problems = self.linear_attention.problems()
                 if problems:
                     raise ConfigError("; ".join(problems))
+        if self.moe is not None:
+            problems = self.moe.problems(self.num_hidden_layers)
+            if problems:
+                raise ConfigError("; ".join(problems))
         if not 0.0 < self.partial_rotary_factor <= 1.0 or self.rotary_dim % 2:
             raise ConfigError(f"partial_rotary_factor={self.partial_rotary_factor!r} must lie "
                               f"in (0, 1] and give an even rotary width (head_dim "
@@ -170,6 +241,10 @@ class TargetConfig(DecoderShape):
     def linear_layers(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.num_hidden_layers) if self.is_linear(i))
 
+    def is_moe(self, layer: int) -> bool:
+        """Whether layer ``layer``'s MLP is a mixture of experts."""
+        return self.moe is not None and layer in self.moe.layers
+
     @property
     def is_hybrid(self) -> bool:
         """Whether some layer carries a recurrent state instead of a KV cache."""
@@ -182,6 +257,10 @@ class TargetConfig(DecoderShape):
                                        "qwen2": "Qwen2ForCausalLM",
                                        "qwen3_5": "Qwen3_5ForConditionalGeneration",
                                        "qwen3_5_text": "Qwen3_5ForCausalLM",
+                                       "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+                                       "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
+                                       "qwen3_next": "Qwen3NextForCausalLM",
+                                       "qwen3_moe": "Qwen3MoeForCausalLM",
                                        }.get(cfg.get("model_type"), "?")
         if arch in REFUSED_ARCHITECTURES:
             raise ConfigError(f"unsupported architecture {arch!r}: "
@@ -199,6 +278,8 @@ class TargetConfig(DecoderShape):
                               f"true, sliding_window={cfg['sliding_window']})")
         qk_norm, qkv_bias = SUPPORTED_ARCHITECTURES[arch]
         rope_theta, rope_scaling = hf_rope_fields(cfg, 10000.0)
+        moe = (hf_moe_shape(cfg, cfg["num_hidden_layers"], shared=False)
+               if arch == "Qwen3MoeForCausalLM" else None)
         return cls(
             **hf_shape_fields(cfg),
             rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
@@ -209,6 +290,7 @@ class TargetConfig(DecoderShape):
             attention_bias=bool(cfg.get("attention_bias", qkv_bias)) or qkv_bias,
             max_position_embeddings=cfg.get("max_position_embeddings", 32768),
             architecture=arch,
+            moe=moe,
         )
 
 
@@ -217,10 +299,15 @@ class TargetConfig(DecoderShape):
         """Qwen3.5: the text model's fields (under ``text_config`` in the multimodal layout,
         whose vision tower is not loaded), Gated DeltaNet layers beside gated attention."""
         text = cfg
-        if arch == "Qwen3_5ForConditionalGeneration" or "text_config" in cfg:
+        if arch in MULTIMODAL_ARCHITECTURES or "text_config" in cfg:
             text = cfg.get("text_config")
             if not isinstance(text, dict):
                 raise ConfigError(f"{arch} config.json lacks its text_config object")
+        moe = None
+        if "Moe" in arch or arch == "Qwen3NextForCausalLM":
+            moe = hf_moe_shape(text, text.get("num_hidden_layers") or 0, shared=True)
+            # a model whose every layer is sparse may give no dense width
+            text = {"intermediate_size": text.get("moe_intermediate_size"), **text}
         _require(text, "target text", ("vocab_size", "hidden_size", "intermediate_size",
                                        "num_hidden_layers", "num_attention_heads"))
         L = text["num_hidden_layers"]
@@ -260,6 +347,7 @@ class TargetConfig(DecoderShape):
             attn_output_gate=True,
             partial_rotary_factor=float(partial),
             norm_offset=1.0,
+            moe=moe,
         )
 
 

@@ -58,3 +58,47 @@ def build_multimodal(out_dir: str, seed: int = 0):
     model = _randomise(Qwen3_5ForConditionalGeneration(cfg).eval(), seed)
     model.save_pretrained(out_dir)
     return model
+
+
+MOE = dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32)
+
+
+def build_qwen3_moe(out_dir: str, seed: int = 0):
+    """A ``Qwen3MoeForCausalLM`` (layer 1 dense through ``mlp_only_layers``) saved to
+    ``out_dir``; returns it."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    cfg = Qwen3MoeConfig(vocab_size=256, hidden_size=64, intermediate_size=96,
+                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, rope_theta=1e6, norm_topk_prob=True, mlp_only_layers=[1],
+                         tie_word_embeddings=False, **MOE)
+    model = _randomise(Qwen3MoeForCausalLM(cfg).eval(), seed)
+    model.save_pretrained(out_dir)
+    return model
+
+
+def build_qwen3_next(out_dir: str, seed: int = 0):
+    """A ``Qwen3NextForCausalLM`` (fused per-key-head GDN projections, MoE with a shared
+    expert, the last layer dense) saved to ``out_dir``; returns it."""
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+    text = {k: v for k, v in TEXT.items()}
+    cfg = Qwen3NextConfig(**text, shared_expert_intermediate_size=48, decoder_sparse_step=1,
+                          mlp_only_layers=[3], norm_topk_prob=True, **MOE)
+    model = _randomise(Qwen3NextForCausalLM(cfg).eval(), seed)
+    model.save_pretrained(out_dir)
+    return model
+
+
+def build_qwen3_5_moe(out_dir: str, seed: int = 0):
+    """A ``Qwen3_5MoeForConditionalGeneration`` (every layer sparse, a shared expert, the text
+    model under ``model.language_model``) saved to ``out_dir``; returns it."""
+    from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+    text = {k: v for k, v in TEXT.items() if k != "intermediate_size"}
+    cfg = Qwen3_5MoeConfig(text_config=dict(text, shared_expert_intermediate_size=48, **MOE),
+                           vision_config=dict(depth=1, hidden_size=32, intermediate_size=64,
+                                              num_heads=2, out_hidden_size=64, patch_size=4,
+                                              temporal_patch_size=2, spatial_merge_size=2,
+                                              num_position_embeddings=16),
+                           tie_word_embeddings=False)
+    model = _randomise(Qwen3_5MoeForConditionalGeneration(cfg).eval(), seed)
+    model.save_pretrained(out_dir)
+    return model

@@ -7,7 +7,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
-from dominotree_jax.config import DrafterConfig, LinearAttentionShape, TargetConfig
+from dominotree_jax.config import DrafterConfig, LinearAttentionShape, MoeShape, TargetConfig
 from dominotree_jax.model.drafter import Drafter, init_drafter_params
 from dominotree_jax.model.target import init_target_params
 
@@ -22,12 +22,18 @@ HYBRID = dict(layer_types=("linear_attention", "full_attention", "linear_attenti
 
 
 def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, layers=2,
-              hybrid=False):
-    """``hybrid``: the target is a 3-layer ``HYBRID`` (linear, full, linear attention)."""
+              hybrid=False, moe=False):
+    """``hybrid``: the target is a 3-layer ``HYBRID`` (linear, full, linear attention);
+    ``moe``: its layers but the second are mixtures of 6 experts (top 2, a shared expert)."""
     layers = 3 if hybrid else layers
+    extra = dict(HYBRID if hybrid else {})
+    if moe:
+        extra["moe"] = MoeShape(num_experts=6, top_k=2, intermediate=16,
+                                layers=tuple(i for i in range(layers) if i != 1),
+                                shared_intermediate=24)
     tcfg = TargetConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                        head_dim=8, rope_theta=1e4, **(HYBRID if hybrid else {}))
+                        head_dim=8, rope_theta=1e4, **extra)
     dcfg = DrafterConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
                          head_dim=8, block_size=block_size, mask_token_id=vocab - 1,

@@ -1,4 +1,5 @@
-"""Speculative decoding on a hybrid target (Gated DeltaNet + gated attention): every method,
+"""Speculative decoding on a hybrid target (Gated DeltaNet + gated attention), a mixture-of-
+experts target and a hybrid MoE (Qwen3-Next / Qwen3.5-MoE's mix): every method,
 chains and trees, keeps each recurrent state at the accepted path, so it gives ``ar``'s tokens
 at temperature 0 (batches of unequal prompts, stop ids, ``budget="auto"``, an oracle drafter
 whose whole drafts are accepted) and the target's distribution at temperature 1."""
@@ -35,8 +36,9 @@ def pair():
     return tiny_pair(hybrid=True)
 
 
-def test_every_method_equals_ar_on_a_batch_of_unequal_prompts_with_a_stop_id(pair):
-    tcfg, dcfg, params = pair
+@pytest.mark.parametrize("kind", ["hybrid", "moe", "hybrid+moe"])
+def test_every_method_equals_ar_on_a_batch_of_unequal_prompts_with_a_stop_id(kind):
+    tcfg, dcfg, params = tiny_pair(hybrid="hybrid" in kind, moe="moe" in kind)
     prompt = jnp.array([[3, 17, 5, 9, 33, 2, 8, 3, 17], [4, 4, 21, 7, 0, 0, 0, 0, 0]])
     lengths = jnp.array([9, 4])
     run = fresh_jit_decode()
@@ -45,12 +47,15 @@ def test_every_method_equals_ar_on_a_batch_of_unequal_prompts_with_a_stop_id(pai
     stop = int(ref.tokens[0, 17])   # a stop id the first row meets
     ref = run(_params(params, "ar"), prompt, lengths,
               config=_cfg(tcfg, dcfg, "ar", max_new_tokens=30, stop_ids=(stop,)))
-    for method in METHODS:
-        for budget in (6, "auto"):
-            cfg = _cfg(tcfg, dcfg, method, max_new_tokens=30, stop_ids=(stop,), budget=budget)
-            out = run(_params(params, method), prompt, lengths, config=cfg)
-            np.testing.assert_array_equal(out.tokens, ref.tokens, err_msg=f"{method} {budget}")
-            np.testing.assert_array_equal(out.num_tokens, ref.num_tokens)
+    # every method and both budget kinds on the hybrid; a chain, a tree and lookup (one of
+    # them auto) where experts are added (each program compiles for ~10 s)
+    runs = ([(m, b) for m in METHODS for b in (6, "auto")] if kind == "hybrid" else
+            [("dflash", 6), ("dominotree", "auto"), ("lookup", 6)])
+    for method, budget in runs:
+        cfg = _cfg(tcfg, dcfg, method, max_new_tokens=30, stop_ids=(stop,), budget=budget)
+        out = run(_params(params, method), prompt, lengths, config=cfg)
+        np.testing.assert_array_equal(out.tokens, ref.tokens, err_msg=f"{method} {budget}")
+        np.testing.assert_array_equal(out.num_tokens, ref.num_tokens)
 
 
 @pytest.mark.parametrize("method", ["dflash", "ddtree", "dominotree"])

@@ -66,13 +66,27 @@ def path_delta_rule(q, k, v, g, beta, ssm0, vis_BTT):
     m = beta.transpose(0, 2, 1)[..., None] * decay(strict_BTT) * kk
     eg = jnp.exp(gcum)[..., None]
     rhs = beta[..., None] * (v - eg * jnp.einsum("btnk,bnkv->btnv", k, ssm0))
-    T = q.shape[1]
-    u = jax.lax.linalg.triangular_solve(
-        jnp.eye(T, dtype=f32) + m, rhs.transpose(0, 2, 1, 3), left_side=True, lower=True,
-        unit_diagonal=True)                                   # [B, heads, T, dv]
+    u = unit_lower_solve(m, rhs.transpose(0, 2, 1, 3))       # [B, heads, T, dv]
     qk = jnp.einsum("btnd,bjnd->bntj", q, k) * decay(incl_BTT)
     o = eg * jnp.einsum("btnk,bnkv->btnv", q, ssm0) + jnp.einsum("bntj,bnjv->btnv", qk, u)
     return o, u.transpose(0, 2, 1, 3), gcum
+
+
+def unit_lower_solve(m, rhs):
+    """``(I + m)⁻¹ rhs`` for strictly lower-triangular ``m`` ``[..., T, T]`` (nilpotent:
+    ``m^T = 0``), as ``(I − m)(I + m²)(I + m⁴)…`` applied to ``rhs`` ``[..., T, X]``: matrix
+    products only (XLA:CPU's triangular solve ran as a serial custom call that kept the layer's
+    other products from running beside it)."""
+    T = m.shape[-1]
+    out = rhs - m @ rhs
+    power = m @ m
+    span = 2
+    while span < T:
+        out = out + power @ out
+        span *= 2
+        if span < T:
+            power = power @ power
+    return out
 
 
 def path_conv(x_BTC, conv0, weight, vis_BTT, rel_BT):

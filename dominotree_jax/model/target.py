@@ -27,6 +27,7 @@ from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.cache import (KVCache, KVRows, gather_rows, value_dtype, view_layer,
                                         write_layer)
 from dominotree_jax.model.gated_deltanet import GatedDeltaNet, absorb
+from dominotree_jax.model.moe import GptOssMoE, SparseMoE
 from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend,
                                          attend_cached, matmul_t, rope_cos_sin, rope_inv_freq)
 from dominotree_jax.precision import (ACTIVATION_DTYPE, float32_view, params_precision,
@@ -61,8 +62,19 @@ class DecoderLayer(nnx.Module):
                                        output_gate=cfg.attn_output_gate,
                                        norm_offset=cfg.norm_offset, rngs=rngs)
         self.post_attention_layernorm = norm()
-        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, dtype=dtype,
-                          operand_dtype=operand_dtype, rngs=rngs)
+        moe = cfg.moe
+        if not cfg.is_moe(layer):
+            self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size, dtype=dtype,
+                              operand_dtype=operand_dtype, rngs=rngs)
+        elif moe.kind == "gpt_oss":
+            self.mlp = GptOssMoE(cfg.hidden_size, moe.intermediate, moe.num_experts, moe.top_k,
+                                 swiglu_alpha=moe.swiglu_alpha, swiglu_limit=moe.swiglu_limit,
+                                 dtype=dtype, rngs=rngs)
+        else:
+            self.mlp = SparseMoE(cfg.hidden_size, moe.intermediate, moe.num_experts, moe.top_k,
+                                 norm_topk_prob=moe.norm_topk_prob,
+                                 shared_intermediate=moe.shared_intermediate or None,
+                                 dtype=dtype, rngs=rngs)
 
 
 class ForwardOut(NamedTuple):

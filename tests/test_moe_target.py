@@ -1,0 +1,84 @@
+"""Mixture-of-experts targets against transformers: Qwen3-MoE, Qwen3-Next (hybrid, fused
+Gated DeltaNet projections, shared expert) and Qwen3.5-MoE (hybrid, multimodal release) --
+logits of a multi-chunk prefill, and greedy ``ar`` equal to transformers' greedy continuation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import dominotree_jax as dj
+from hybrid_models import build_qwen3_5_moe, build_qwen3_moe, build_qwen3_next
+
+BUILDERS = {"qwen3_moe": build_qwen3_moe, "qwen3_next": build_qwen3_next,
+            "qwen3_5_moe": build_qwen3_5_moe}
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDERS))
+def saved(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp(request.param)
+    return request.param, str(d), BUILDERS[request.param](str(d))
+
+
+def test_logits_and_greedy_continuations_match_transformers(saved):
+    name, path, model = saved
+    target = dj.load_target(path, tokenizer=False)
+    cfg = target.config
+    assert cfg.moe is not None and cfg.moe.layers
+    toks = np.random.default_rng(1).integers(0, cfg.vocab_size, (2, 90))
+    with torch.no_grad():
+        ref = model(input_ids=torch.tensor(toks)).logits.numpy()
+    assert _rel(np.asarray(dj.target_logits(target, toks)), ref) <= 1e-5, name
+    prompt = toks[0, :11]
+    with torch.no_grad():
+        want = model.generate(torch.tensor(prompt[None]), max_new_tokens=10, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)[0, 11:].numpy()
+    got = np.asarray(dj.generate(target, prompt, max_new_tokens=10, stop_ids=()))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_moe_layers_follow_sparse_step_and_dense_layers():
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        build_qwen3_moe(d)
+        cfg = dj.load_target(d, tokenizer=False).config
+    assert cfg.moe.layers == (0, 2) and cfg.moe.top_k == 2 and cfg.moe.num_experts == 6
+
+
+def test_fused_gate_up_experts_load_as_the_per_expert_ones(tmp_path):
+    """The Qwen3.5-MoE release stores ``experts.gate_up_proj [E, 2I, H]`` and
+    ``experts.down_proj [E, H, I]``; transformers saves one tensor per expert. Both load to the
+    same parameters."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+    per = tmp_path / "per_expert"
+    fused = tmp_path / "fused"
+    build_qwen3_5_moe(str(per))
+    shutil.copytree(per, fused)
+    tensors = load_file(str(per / "model.safetensors"))
+    out, E = {}, 6
+    for name, a in tensors.items():
+        if ".mlp.experts." not in name:
+            out[name] = a
+        elif name.endswith("experts.0.gate_proj.weight"):
+            prefix = name[:-len("0.gate_proj.weight")]
+            gate = np.stack([tensors[f"{prefix}{e}.gate_proj.weight"] for e in range(E)])
+            up = np.stack([tensors[f"{prefix}{e}.up_proj.weight"] for e in range(E)])
+            out[prefix + "gate_up_proj"] = np.concatenate([gate, up], axis=1)
+            out[prefix + "down_proj"] = np.stack([tensors[f"{prefix}{e}.down_proj.weight"]
+                                                  for e in range(E)])
+    save_file(out, str(fused / "model.safetensors"))
+    assert json.loads((fused / "config.json").read_text())["architectures"] == [
+        "Qwen3_5MoeForConditionalGeneration"]
+    a = dj.load_target(str(per), tokenizer=False)
+    b = dj.load_target(str(fused), tokenizer=False)
+    toks = np.random.default_rng(5).integers(0, 256, (1, 20))
+    np.testing.assert_array_equal(np.asarray(dj.target_logits(a, toks)),
+                                  np.asarray(dj.target_logits(b, toks)))
