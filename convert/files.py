@@ -17,6 +17,8 @@ from dominotree_jax.precision import PRECISIONS
 SUPPORTED_DTYPES = PRECISIONS  # the precision policy's names (dominotree_jax/precision.py)
 # integer tensors: id maps (a drafter's draft-to-target ``d2t``), loaded as they are
 ID_DTYPES = ("int32", "int64")
+# packed MXFP4 tensors (gpt-oss's experts as released), dequantised at load
+PACKED_SUFFIXES = ("_blocks", "_scales")
 # Buffers some exporters write that carry no parameters.
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -83,7 +85,8 @@ def checkpoint_names(path: str, tensors: dict, rename=None) -> dict:
     ``model.`` removed, then ``rename(name)`` (``None``: drop the tensor) applied. Tensors of an
     unsupported dtype are refused, all named in one error."""
     bad = [f"tensor {n}: unsupported dtype {a.dtype}" for n, a in tensors.items()
-           if a.dtype.name not in SUPPORTED_DTYPES + ID_DTYPES]
+           if a.dtype.name not in SUPPORTED_DTYPES + ID_DTYPES
+           and not (a.dtype.name == "uint8" and n.endswith(PACKED_SUFFIXES))]
     if bad:
         raise CheckpointError(path, other=bad)
     named = {}
@@ -100,7 +103,8 @@ def checkpoint_names(path: str, tensors: dict, rename=None) -> dict:
 def param_dtype(path: str, dtype: str | None, named: dict) -> str:
     """The parameter dtype to load into: ``dtype``, or the stored one when ``None``."""
     if dtype is None:
-        floats = [a.dtype.name for a in named.values() if a.dtype.name not in ID_DTYPES]
+        floats = [a.dtype.name for a in named.values()
+                  if a.dtype.name not in ID_DTYPES + ("uint8",)]
         dtype = floats[0] if floats else "float32"
     if dtype not in SUPPORTED_DTYPES:
         raise CheckpointError(path, other=[f"unsupported parameter dtype {dtype!r}; "

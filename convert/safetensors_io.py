@@ -12,7 +12,7 @@ import numpy as np
 from convert.errors import CheckpointError
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64,
-           "I64": np.int64, "I32": np.int32}
+           "I64": np.int64, "I32": np.int32, "U8": np.uint8}   # U8: packed MXFP4
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 

@@ -24,6 +24,8 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3NextForCausalLM": (True, False),
     # mixture-of-experts
     "Qwen3MoeForCausalLM": (True, False),
+    # sliding-window / full layers, attention sinks, clamped SwiGLU experts
+    "GptOssForCausalLM": (False, True),
 }
 # hybrid architectures: config fields of their text model, norms scaled by (1 + weight)
 HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
@@ -33,7 +35,7 @@ HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
 MULTIMODAL_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration",
                             "Qwen3_5MoeForConditionalGeneration")
 # layers a target may hold (``TargetConfig.layer_types``)
-TARGET_LAYER_TYPES = ("full_attention", "linear_attention")
+TARGET_LAYER_TYPES = ("full_attention", "linear_attention", "sliding_attention")
 # known architectures this package cannot run, refused by name before anything loads
 REFUSED_ARCHITECTURES = {
     "DeepseekV3ForCausalLM": "multi-head latent attention (MLA) is not implemented",
@@ -193,6 +195,9 @@ class TargetConfig(DecoderShape):
     partial_rotary_factor: float = 1.0   # RoPE on the first factor * head_dim dims only
     norm_offset: float = 0.0             # RMSNorms scale by (norm_offset + weight)
     moe: MoeShape | None = None          # mixture-of-experts layers (None: dense MLPs)
+    sliding_window: int | None = None    # "sliding_attention" layers see this many positions
+    attention_sinks: bool = False        # a learned logit per head in every softmax (gpt-oss)
+    output_bias: bool = False            # o_proj has a bias (gpt-oss)
 
     def __post_init__(self):
         super().__post_init__()
@@ -209,6 +214,10 @@ class TargetConfig(DecoderShape):
             if unknown:
                 raise ConfigError(f"unsupported target layer type(s) {unknown}; supported: "
                                   f"{TARGET_LAYER_TYPES}")
+            if "sliding_attention" in types and (not isinstance(self.sliding_window, int)
+                                                 or self.sliding_window < 1):
+                raise ConfigError(f"sliding_attention layers need a positive integer "
+                                  f"sliding_window, got {self.sliding_window!r}")
             if "linear_attention" in types:
                 if self.linear_attention is None:
                     raise ConfigError("linear_attention layers need the linear_* shape fields")
@@ -241,6 +250,12 @@ class TargetConfig(DecoderShape):
     def linear_layers(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.num_hidden_layers) if self.is_linear(i))
 
+    def layer_window(self, layer: int) -> int | None:
+        """The positions an attention layer sees (itself included), None: all."""
+        if self.layer_types is not None and self.layer_types[layer] == "sliding_attention":
+            return self.sliding_window
+        return None
+
     def is_moe(self, layer: int) -> bool:
         """Whether layer ``layer``'s MLP is a mixture of experts."""
         return self.moe is not None and layer in self.moe.layers
@@ -261,6 +276,7 @@ class TargetConfig(DecoderShape):
                                        "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
                                        "qwen3_next": "Qwen3NextForCausalLM",
                                        "qwen3_moe": "Qwen3MoeForCausalLM",
+                                       "gpt_oss": "GptOssForCausalLM",
                                        }.get(cfg.get("model_type"), "?")
         if arch in REFUSED_ARCHITECTURES:
             raise ConfigError(f"unsupported architecture {arch!r}: "
@@ -271,6 +287,8 @@ class TargetConfig(DecoderShape):
                               f"supported: {sorted(SUPPORTED_ARCHITECTURES)}")
         if arch in HYBRID_ARCHITECTURES:
             return cls._hybrid_from_hf_dict(cfg, arch)
+        if arch == "GptOssForCausalLM":
+            return cls._gpt_oss_from_hf_dict(cfg)
         _require(cfg, "target", ("vocab_size", "hidden_size", "intermediate_size",
                                  "num_hidden_layers", "num_attention_heads"))
         if cfg.get("use_sliding_window") and cfg.get("sliding_window"):
@@ -293,6 +311,40 @@ class TargetConfig(DecoderShape):
             moe=moe,
         )
 
+
+    @classmethod
+    def _gpt_oss_from_hf_dict(cls, cfg: dict) -> "TargetConfig":
+        """gpt-oss: alternating sliding-window / full attention with sinks and biases, YaRN,
+        every layer a mixture of clamped SwiGLU experts with biases."""
+        _require(cfg, "target", ("vocab_size", "hidden_size", "intermediate_size",
+                                 "num_hidden_layers", "num_attention_heads",
+                                 "num_local_experts", "num_experts_per_tok"))
+        L = cfg["num_hidden_layers"]
+        types = cfg.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else
+                                           "full_attention" for i in range(L)]
+        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {
+            "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "truncate": False, "original_max_position_embeddings": 4096}
+        rope_theta, rope_scaling = hf_rope_fields({**cfg, "rope_parameters": rope}, 150000.0)
+        return cls(
+            **hf_shape_fields({**cfg, "head_dim": cfg.get("head_dim", 64)}),
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qk_norm=False,
+            attention_bias=bool(cfg.get("attention_bias", True)),
+            output_bias=bool(cfg.get("attention_bias", True)),
+            max_position_embeddings=cfg.get("max_position_embeddings", 131072),
+            architecture="GptOssForCausalLM",
+            layer_types=tuple(types),
+            sliding_window=cfg.get("sliding_window") or 128,
+            attention_sinks=True,
+            moe=MoeShape(num_experts=cfg["num_local_experts"], top_k=cfg["num_experts_per_tok"],
+                         intermediate=cfg["intermediate_size"], layers=tuple(range(L)),
+                         kind="gpt_oss", swiglu_alpha=cfg.get("swiglu_alpha", 1.702),
+                         swiglu_limit=cfg.get("swiglu_limit", 7.0)),
+        )
 
     @classmethod
     def _hybrid_from_hf_dict(cls, cfg: dict, arch: str) -> "TargetConfig":

@@ -102,3 +102,19 @@ def build_qwen3_5_moe(out_dir: str, seed: int = 0):
     model = _randomise(Qwen3_5MoeForConditionalGeneration(cfg).eval(), seed)
     model.save_pretrained(out_dir)
     return model
+
+
+def build_gpt_oss(out_dir: str, seed: int = 0):
+    """A ``GptOssForCausalLM`` (sliding-window and full layers, sinks, YaRN, biased clamped
+    experts) saved unquantised to ``out_dir``; returns it."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+    cfg = GptOssConfig(vocab_size=256, hidden_size=64, intermediate_size=32, num_hidden_layers=4,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                       num_local_experts=6, num_experts_per_tok=2, sliding_window=8,
+                       max_position_embeddings=4096,
+                       rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0,
+                                            beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                            original_max_position_embeddings=128))
+    model = _randomise(GptOssForCausalLM(cfg).eval(), seed)
+    model.save_pretrained(out_dir)
+    return model

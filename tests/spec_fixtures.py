@@ -21,12 +21,24 @@ HYBRID = dict(layer_types=("linear_attention", "full_attention", "linear_attenti
               architecture="Qwen3_5ForCausalLM")
 
 
+# gpt-oss's mix: a 5-position sliding-window layer, then a full one; sinks, biases, experts
+GPT_OSS = dict(layer_types=("sliding_attention", "full_attention"), sliding_window=5,
+               attention_sinks=True, attention_bias=True, output_bias=True,
+               moe=MoeShape(num_experts=6, top_k=2, intermediate=16, layers=(0, 1),
+                            kind="gpt_oss"),
+               rope_scaling=(("beta_fast", 32.0), ("beta_slow", 1.0), ("factor", 32.0),
+                             ("original_max_position_embeddings", 64), ("rope_type", "yarn"),
+                             ("truncate", False)),
+               architecture="GptOssForCausalLM")
+
+
 def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, layers=2,
-              hybrid=False, moe=False):
+              hybrid=False, moe=False, gpt_oss=False):
     """``hybrid``: the target is a 3-layer ``HYBRID`` (linear, full, linear attention);
-    ``moe``: its layers but the second are mixtures of 6 experts (top 2, a shared expert)."""
+    ``moe``: its layers but the second are mixtures of 6 experts (top 2, a shared expert);
+    ``gpt_oss``: a 2-layer ``GPT_OSS``."""
     layers = 3 if hybrid else layers
-    extra = dict(HYBRID if hybrid else {})
+    extra = dict(HYBRID if hybrid else GPT_OSS if gpt_oss else {})
     if moe:
         extra["moe"] = MoeShape(num_experts=6, top_k=2, intermediate=16,
                                 layers=tuple(i for i in range(layers) if i != 1),

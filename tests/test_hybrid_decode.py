@@ -1,5 +1,6 @@
 """Speculative decoding on a hybrid target (Gated DeltaNet + gated attention), a mixture-of-
-experts target and a hybrid MoE (Qwen3-Next / Qwen3.5-MoE's mix): every method,
+experts target, a hybrid MoE (Qwen3-Next / Qwen3.5-MoE's mix) and a gpt-oss-style target
+(a sliding window shorter than the text, sinks, clamped experts): every method,
 chains and trees, keeps each recurrent state at the accepted path, so it gives ``ar``'s tokens
 at temperature 0 (batches of unequal prompts, stop ids, ``budget="auto"``, an oracle drafter
 whose whole drafts are accepted) and the target's distribution at temperature 1."""
@@ -36,9 +37,10 @@ def pair():
     return tiny_pair(hybrid=True)
 
 
-@pytest.mark.parametrize("kind", ["hybrid", "moe", "hybrid+moe"])
+@pytest.mark.parametrize("kind", ["hybrid", "moe", "hybrid+moe", "gpt_oss"])
 def test_every_method_equals_ar_on_a_batch_of_unequal_prompts_with_a_stop_id(kind):
-    tcfg, dcfg, params = tiny_pair(hybrid="hybrid" in kind, moe="moe" in kind)
+    tcfg, dcfg, params = tiny_pair(hybrid="hybrid" in kind, moe="moe" in kind,
+                                   gpt_oss=kind == "gpt_oss")
     prompt = jnp.array([[3, 17, 5, 9, 33, 2, 8, 3, 17], [4, 4, 21, 7, 0, 0, 0, 0, 0]])
     lengths = jnp.array([9, 4])
     run = fresh_jit_decode()
@@ -58,11 +60,13 @@ def test_every_method_equals_ar_on_a_batch_of_unequal_prompts_with_a_stop_id(kin
         np.testing.assert_array_equal(out.num_tokens, ref.num_tokens)
 
 
-@pytest.mark.parametrize("method", ["dflash", "ddtree", "dominotree"])
-def test_an_oracle_drafter_is_accepted_whole_and_tokens_stay_ars(pair, method):
+@pytest.mark.parametrize("kind,method", [("hybrid", "dflash"), ("hybrid", "ddtree"),
+                                         ("hybrid", "dominotree"), ("gpt_oss", "dominotree")])
+def test_an_oracle_drafter_is_accepted_whole_and_tokens_stay_ars(pair, kind, method):
     """Whole drafts accepted: every round moves the recurrent states along a multi-row path
-    (a tree's accepted path is not its first rows)."""
-    tcfg, dcfg, params = pair
+    (a tree's accepted path is not its first rows); gpt-oss: trees deeper than nothing but
+    the sliding window."""
+    tcfg, dcfg, params = pair if kind == "hybrid" else tiny_pair(gpt_oss=True)
     prompt = jnp.array([3, 17, 5, 9, 33])
     n = 24
     ref = jdecode(params, prompt, config=_cfg(tcfg, dcfg, "ar", max_new_tokens=n + 10))

@@ -1,5 +1,6 @@
 """Mixture-of-experts targets against transformers: Qwen3-MoE, Qwen3-Next (hybrid, fused
-Gated DeltaNet projections, shared expert) and Qwen3.5-MoE (hybrid, multimodal release) --
+Gated DeltaNet projections, shared expert), Qwen3.5-MoE (hybrid, multimodal release) and
+gpt-oss (sliding-window layers shorter than the prompt, sinks, YaRN, MXFP4 experts) --
 logits of a multi-chunk prefill, and greedy ``ar`` equal to transformers' greedy continuation."""
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ import pytest
 import torch
 
 import dominotree_jax as dj
-from hybrid_models import build_qwen3_5_moe, build_qwen3_moe, build_qwen3_next
+from hybrid_models import build_gpt_oss, build_qwen3_5_moe, build_qwen3_moe, build_qwen3_next
 
 BUILDERS = {"qwen3_moe": build_qwen3_moe, "qwen3_next": build_qwen3_next,
-            "qwen3_5_moe": build_qwen3_5_moe}
+            "qwen3_5_moe": build_qwen3_5_moe, "gpt_oss": build_gpt_oss}
 
 
 def _rel(a, b):
@@ -80,5 +81,40 @@ def test_fused_gate_up_experts_load_as_the_per_expert_ones(tmp_path):
     a = dj.load_target(str(per), tokenizer=False)
     b = dj.load_target(str(fused), tokenizer=False)
     toks = np.random.default_rng(5).integers(0, 256, (1, 20))
+    np.testing.assert_array_equal(np.asarray(dj.target_logits(a, toks)),
+                                  np.asarray(dj.target_logits(b, toks)))
+
+
+def test_gpt_oss_mxfp4_experts_load_as_transformers_dequantises_them(tmp_path):
+    """The released gpt-oss stores its experts as MXFP4 ``*_blocks`` / ``*_scales`` (uint8);
+    a checkpoint holding them loads to the weights transformers' own dequantisation gives,
+    written out unquantised beside it."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    build_gpt_oss(str(plain))
+    shutil.copytree(plain, packed)
+    tensors = load_file(str(plain / "model.safetensors"))
+    rng = np.random.default_rng(7)
+    plain_out, packed_out = dict(tensors), dict(tensors)
+    for name, a in tensors.items():
+        if not name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            continue
+        E, cols, rows = a.shape          # transformers' layout [E, in, out]
+        blocks = rng.integers(0, 256, (E, rows, cols // 32, 16), dtype=np.uint8)
+        scales = rng.integers(120, 130, (E, rows, cols // 32), dtype=np.uint8)
+        dense = convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales),
+                                           dtype=torch.float32).numpy()
+        assert dense.shape == a.shape
+        plain_out[name] = np.ascontiguousarray(dense)
+        del packed_out[name]
+        packed_out[name + "_blocks"], packed_out[name + "_scales"] = blocks, scales
+    save_file(plain_out, str(plain / "model.safetensors"))
+    save_file(packed_out, str(packed / "model.safetensors"))
+    a = dj.load_target(str(plain), tokenizer=False)
+    b = dj.load_target(str(packed), tokenizer=False)
+    toks = np.random.default_rng(5).integers(0, 256, (1, 30))
     np.testing.assert_array_equal(np.asarray(dj.target_logits(a, toks)),
                                   np.asarray(dj.target_logits(b, toks)))

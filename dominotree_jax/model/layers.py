@@ -16,7 +16,7 @@ import numpy as np
 from flax import nnx
 
 from dominotree_jax.linalg import matmul_t
-from dominotree_jax.model.cache import view_layer
+from dominotree_jax.model.cache import value_dtype, view_layer
 from dominotree_jax.sharding import declare
 
 _INIT_STD = 0.02
@@ -156,12 +156,14 @@ def apply_rope(x, cos_BTD, sin_BTD):
 
 # --------------------------------------------------------------------------- attention
 
-def attend(q_BTQD, k_BSKD, v_BSKD, mask_BTS):
+def attend(q_BTQD, k_BSKD, v_BSKD, mask_BTS, sinks_Q=None):
     """Grouped-query attention of ``T`` queries over ``S`` keys with a boolean mask.
 
     ``Q`` query heads share ``K`` key/value heads (``Q % K == 0``). Softmax in float32.
     Rows whose mask is all False produce zeros instead of NaN. Products in the keys' dtype
     (queries and probabilities are cast to it), accumulated in float32; float32 output.
+    ``sinks_Q``: a logit per query head that joins each softmax's denominator and attends to
+    nothing (gpt-oss's attention sinks).
     """
     B, T, Q, D = q_BTQD.shape
     K = k_BSKD.shape[2]
@@ -170,8 +172,16 @@ def attend(q_BTQD, k_BSKD, v_BSKD, mask_BTS):
                         preferred_element_type=jnp.float32) * (D ** -0.5)
     scores = jnp.where(mask_BTS[:, None, None, :, :], scores, -jnp.inf)
     m = jnp.max(scores, axis=-1, keepdims=True)
-    p = jnp.exp(scores - jnp.where(jnp.isfinite(m), m, 0.0))
-    p = p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
+    sink = None
+    if sinks_Q is not None:
+        sink = sinks_Q.astype(jnp.float32).reshape(1, K, Q // K, 1, 1)
+        m = jnp.maximum(m, sink)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    p = jnp.exp(scores - m)
+    denom = jnp.sum(p, axis=-1, keepdims=True)
+    if sink is not None:
+        denom = denom + jnp.exp(sink - m)
+    p = p / jnp.maximum(denom, 1e-30)
     if v_BSKD.dtype == jnp.float32:
         out = jnp.einsum("bkgts,bskd->btkgd", p, v_BSKD)
         return out.reshape(B, T, Q, D)
@@ -184,6 +194,28 @@ def attend(q_BTQD, k_BSKD, v_BSKD, mask_BTS):
                                    (((3,), (2,)), ((0, 1), (0, 1))),
                                    preferred_element_type=jnp.float32)
     return out_BKUD.reshape(B, K, Q // K, T, D).transpose(0, 3, 1, 2, 4).reshape(B, T, Q, D)
+
+
+def attend_window_sinks(q_BTQD, new_k_BTKD, new_v_BTKD, block_mask_BTT, cache_k_BKSD,
+                        cache_v_BKSD, prefix_B, positions_BT, window: int | None, sinks_Q):
+    """``attend_cached``'s visibility (cache slots ``< prefix``, new rows by ``block_mask``)
+    narrowed to the last ``window`` positions (a sliding-window layer; slot ``s`` holds
+    position ``s``), with attention sinks: one dense pass over every cache slot and the new
+    rows (gpt-oss's layers; no blockwise or bucketed form yet)."""
+    S = cache_k_BKSD.shape[2]
+    keys = jnp.concatenate([view_layer(cache_k_BKSD).transpose(0, 2, 1, 3),
+                            new_k_BTKD.astype(value_dtype(cache_k_BKSD.dtype))], axis=1)
+    values = jnp.concatenate([view_layer(cache_v_BKSD).transpose(0, 2, 1, 3),
+                              new_v_BTKD.astype(value_dtype(cache_v_BKSD.dtype))], axis=1)
+    slot_S = jnp.arange(S)
+    cache_BTS = jnp.broadcast_to((slot_S[None, :] < prefix_B[:, None])[:, None, :],
+                                 positions_BT.shape + (S,))
+    new_BTT = block_mask_BTT
+    if window is not None:
+        cache_BTS = cache_BTS & (positions_BT[:, :, None] - slot_S[None, None, :] < window)
+        new_BTT = new_BTT & (positions_BT[:, :, None] - positions_BT[:, None, :] < window)
+    return attend(q_BTQD, keys, values, jnp.concatenate([cache_BTS, new_BTT], axis=2),
+                  sinks_Q)
 
 
 # Blockwise (flash-style) attention over a KV cache with a structured mask. Query rows are new
@@ -392,15 +424,20 @@ class Attention(nnx.Module):
 
     def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int, *,
                  qk_norm: bool, bias: bool, eps: float, dtype, operand_dtype=None,
-                 output_gate: bool = False, norm_offset: float = 0.0, rngs: nnx.Rngs):
+                 output_gate: bool = False, norm_offset: float = 0.0, sinks: bool = False,
+                 output_bias: bool = False, rngs: nnx.Rngs):
+        """``sinks``: a learned logit per query head (``sinks [Q]``) joins every softmax's
+        denominator (gpt-oss); ``output_bias``: ``o_proj`` has a bias."""
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.output_gate = output_gate
+        self.sinks = (nnx.Param(jnp.zeros((num_heads,), dtype), **declare("heads"))
+                      if sinks else None)
         lin = functools.partial(Linear, dtype=dtype, operand_dtype=operand_dtype, rngs=rngs)
         q_width = num_heads * head_dim * (2 if output_gate else 1)
         self.q_proj = lin(hidden, q_width, axes=("heads", "embed"), bias=bias)
         self.k_proj = lin(hidden, num_kv_heads * head_dim, axes=("kv_heads", "embed"), bias=bias)
         self.v_proj = lin(hidden, num_kv_heads * head_dim, axes=("kv_heads", "embed"), bias=bias)
-        self.o_proj = lin(num_heads * head_dim, hidden, axes=("embed", "heads"))
+        self.o_proj = lin(num_heads * head_dim, hidden, axes=("embed", "heads"), bias=output_bias)
         norm = functools.partial(RMSNorm, head_dim, eps, axis="head_dim", dtype=dtype,
                                  offset=norm_offset)
         self.q_norm = norm() if qk_norm else None

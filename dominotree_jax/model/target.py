@@ -29,7 +29,8 @@ from dominotree_jax.model.cache import (KVCache, KVRows, gather_rows, value_dtyp
 from dominotree_jax.model.gated_deltanet import GatedDeltaNet, absorb
 from dominotree_jax.model.moe import GptOssMoE, SparseMoE
 from dominotree_jax.model.layers import (Attention, Embedding, Linear, RMSNorm, SwiGLU, attend,
-                                         attend_cached, matmul_t, rope_cos_sin, rope_inv_freq)
+                                         attend_cached, attend_window_sinks, matmul_t,
+                                         rope_cos_sin, rope_inv_freq)
 from dominotree_jax.precision import (ACTIVATION_DTYPE, float32_view, params_precision,
                                       to_activation)
 
@@ -60,7 +61,9 @@ class DecoderLayer(nnx.Module):
                                        eps=cfg.rms_norm_eps, dtype=dtype,
                                        operand_dtype=operand_dtype,
                                        output_gate=cfg.attn_output_gate,
-                                       norm_offset=cfg.norm_offset, rngs=rngs)
+                                       norm_offset=cfg.norm_offset,
+                                       sinks=cfg.attention_sinks,
+                                       output_bias=cfg.output_bias, rngs=rngs)
         self.post_attention_layernorm = norm()
         moe = cfg.moe
         if not cfg.is_moe(layer):
@@ -139,11 +142,18 @@ class TargetModel(nnx.Module):
                 f"{self.cfg.architecture}: the dense-mask forward does not serve targets with "
                 "linear-attention layers; use forward_cached (a structured mask)")
 
-        def attn(i, q, k, v, cache_k, cache_v):
+        def attn(i, q, k, v, cache_k, cache_v, layer):
             cache_k = write_layer(cache_k, k, write_start_B)
             cache_v = write_layer(cache_v, v, write_start_B)
+            mask = mask_BTS
+            window = self.cfg.layer_window(layer)
+            if window is not None:   # slot s holds position s
+                mask = mask & (positions_BT[:, :, None]
+                               - jnp.arange(mask.shape[-1])[None, None] < window)
+            sinks = self.layers[layer].self_attn.sinks
             out = attend(q, view_layer(cache_k).transpose(0, 2, 1, 3),
-                         view_layer(cache_v).transpose(0, 2, 1, 3), mask_BTS)
+                         view_layer(cache_v).transpose(0, 2, 1, 3), mask,
+                         None if sinks is None else sinks[...])
             return out, cache_k, cache_v
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers)
 
@@ -155,14 +165,14 @@ class TargetModel(nnx.Module):
         A hybrid's recurrent states move on by the first ``absorb_b`` rows (a chain: prefill
         chunks); None leaves them (a verification: ``decoding/commit.py`` absorbs the kept
         path)."""
-        def attn(i, q, k, v, cache_k, cache_v):
+        def attn(i, q, k, v, cache_k, cache_v, layer):
             # Write first, then read the written cache (only slots < prefix, unchanged): reading
             # the pre-write cache made XLA copy every layer's cache to keep the old value.
             cache_k = write_layer(cache_k, k, write_start_B)
             cache_v = write_layer(cache_v, v, write_start_B)
             q, k, v = _kv_operands(q, k, v, value_dtype(cache_k.dtype))
-            return (attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
-                                  mode=self.cfg.attention_impl), cache_k, cache_v)
+            return (self._attend_rows(layer, q, k, v, block_mask_BTT, cache_k, cache_v,
+                                      prefix_B, positions_BT), cache_k, cache_v)
         out = self._layers(tokens_BT, positions_BT, cache, attn, tap_layers,
                            (block_mask_BTT, positions_BT - prefix_B[:, None]))
         if absorb_B is None or not out.cache.recurrent:
@@ -186,7 +196,7 @@ class TargetModel(nnx.Module):
             raise ValueError(f"{B} rows do not split into {G} equal groups")
         R = B // G
 
-        def attn(i, q, k, v, cache_k, cache_v):
+        def attn(i, q, k, v, cache_k, cache_v, layer):
             cache_k = write_layer(cache_k, k, write_start_B)
             cache_v = write_layer(cache_v, v, write_start_B)
             q, k, v = _kv_operands(q, k, v, value_dtype(cache_k.dtype))
@@ -197,9 +207,9 @@ class TargetModel(nnx.Module):
                                   prefix_B[g * R:(g + 1) * R], mode="dense", fused=fused)
                     for g, w in enumerate(widths)]
             return jnp.concatenate(outs, axis=0), cache_k, cache_v
-        if self.cfg.is_hybrid:
-            raise NotImplementedError(f"{self.cfg.architecture}: slot groups serve dense "
-                                      "targets only")
+        if self.cfg.is_hybrid or self.cfg.attention_sinks or self.cfg.sliding_window:
+            raise NotImplementedError(f"{self.cfg.architecture}: slot groups serve plain "
+                                      "full-attention targets only")
         return self._layers(tokens_BT, positions_BT, cache, attn, ())
 
     def forward_rows(self, tokens_BT, positions_BT, cache: KVCache, prefix_B, block_mask_BTT,
@@ -208,13 +218,25 @@ class TargetModel(nnx.Module):
         unchanged, ``ForwardOut.rows`` the new rows' K/V for the caller to write where it wants
         (a cache only read inside a ``lax.switch`` branch is not copied; one updated there is
         copied whole by XLA)."""
-        def attn(i, q, k, v, cache_k, cache_v):
+        def attn(i, q, k, v, cache_k, cache_v, layer):
             q, k, v = _kv_operands(q, k, v, value_dtype(cache_k.dtype))
-            out = attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
-                                mode=self.cfg.attention_impl)
+            out = self._attend_rows(layer, q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
+                                    positions_BT)
             return out, cache_k, cache_v
         return self._layers(tokens_BT, positions_BT, cache, attn, tap_layers,
                             (block_mask_BTT, positions_BT - prefix_B[:, None]))
+
+    def _attend_rows(self, layer: int, q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
+                     positions_BT):
+        """``attend_cached`` for layer ``layer``; a sliding-window layer or one with attention
+        sinks takes ``attend_window_sinks``."""
+        window = self.cfg.layer_window(layer)
+        sinks = self.layers[layer].self_attn.sinks
+        if window is None and sinks is None:
+            return attend_cached(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
+                                 mode=self.cfg.attention_impl)
+        return attend_window_sinks(q, k, v, block_mask_BTT, cache_k, cache_v, prefix_B,
+                                   positions_BT, window, None if sinks is None else sinks[...])
 
     def _layers(self, tokens_BT, positions_BT, cache: KVCache, attn, tap_layers,
                 paths=None) -> ForwardOut:
@@ -243,7 +265,7 @@ class TargetModel(nnx.Module):
             else:
                 q, gate = layer.self_attn.queries_and_gate(x, cos, sin)
                 k, v = layer.self_attn.keys_values(x, cos, sin)
-                out, new_k[a], new_v[a] = attn(a, q, k, v, new_k[a], new_v[a])
+                out, new_k[a], new_v[a] = attn(a, q, k, v, new_k[a], new_v[a], i)
                 rows_k.append(k)
                 rows_v.append(v)
                 a += 1
