@@ -12,8 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.model.cache import KVCache
-from dominotree_jax.model.target import bind_target, causal_mask
+from dominotree_jax.model.target import bind_target, causal_mask, teacher_forced_forward
 from dominotree_jax.decoding.decode import decode
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.costs import load_calibrated_costs
@@ -142,14 +141,8 @@ def token_ids(ids, what: str = "prompt") -> jax.Array:
 def _plain_forward(params, tokens_BT, cfg: TargetConfig):
     B, T = tokens_BT.shape
     model = bind_target(cfg, params)
-    cache = KVCache.for_target(cfg, B, T, jax.tree.leaves(params)[0].dtype)
     pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-    zeros_B = jnp.zeros((B,), jnp.int32)
-    if cfg.is_hybrid:   # recurrent layers read each row's path: the structured mask
-        causal_BTT = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, T, T))
-        out = model.forward_cached(tokens_BT, pos, cache, zeros_B, zeros_B, causal_BTT)
-    else:
-        out = model(tokens_BT, pos, causal_mask(B, T, T), cache, zeros_B)
+    out = teacher_forced_forward(model, tokens_BT, pos, causal_mask(B, T, T))
     return model.logits(out.hidden)
 
 

@@ -81,9 +81,12 @@ class RecordingRollout(DominoTreeRollout):
         super().update_params(params, filter_types)
 
 
-@pytest.mark.parametrize("axis_type", ["explicit", "auto"])
-def test_grpo_learner_steps_through_rlcluster_with_our_engine(axis_type):
-    tcfg, dcfg, params = tiny_pair()
+@pytest.mark.parametrize("axis_type,hybrid", [("explicit", False), ("auto", False),
+                                               ("auto", True)])
+def test_grpo_learner_steps_through_rlcluster_with_our_engine(axis_type, hybrid):
+    """``hybrid``: the policy is a Gated DeltaNet hybrid (its teacher-forced log-probs and
+    gradients through the recurrent layers, its rollouts verified on recurrent state)."""
+    tcfg, dcfg, params = tiny_pair(hybrid=hybrid)
     policy = TunixCausalLM.from_params(tcfg, params["target"])
     reference = TunixCausalLM.from_params(tcfg, jax.tree.map(jnp.copy, params["target"]))
     # Explicit: jax.make_mesh's default; Auto: tunix.utils.mesh.create_mesh's, and ours

@@ -328,6 +328,19 @@ def init_target_params(cfg: TargetConfig, seed: int = 0, dtype=jnp.float32):
     return nnx.state(TargetModel(cfg, dtype=dtype, rngs=nnx.Rngs(seed)))
 
 
+def teacher_forced_forward(target: TargetModel, tokens_BW, positions_BW, mask_BWW,
+                           tap_layers: tuple[int, ...] = ()) -> ForwardOut:
+    """The one teacher-forced forward (api, trainer, rollout engine): ``W`` tokens from an
+    empty cache, row ``t`` seeing the rows ``j`` with ``mask[b, t, j]`` (causal, with any
+    holes: padding anywhere) at RoPE ``positions``. Every architecture (a hybrid's recurrent
+    layers read each row's path from the mask and its depth from the positions)."""
+    B, W = tokens_BW.shape
+    cache = KVCache.for_target(target.cfg, B, W, target.embed_tokens.weight[...].dtype)
+    zeros_B = jnp.zeros((B,), jnp.int32)
+    return target.forward_cached(tokens_BW, positions_BW, cache, zeros_B, zeros_B, mask_BWW,
+                                 tuple(tap_layers))
+
+
 def causal_mask(batch: int, T: int, S: int, start_B=None):
     """``[B, T, S]``: query ``t`` (absolute slot ``start+t``) sees slots ``<= start+t``."""
     start_B = jnp.zeros((batch,), jnp.int32) if start_B is None else start_B

@@ -16,8 +16,9 @@ import jax
 import jax.numpy as jnp
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.model.cache import KVCache, gather_rows
-from dominotree_jax.model.target import ForwardOut, TargetModel, bind_target
+from dominotree_jax.model.cache import gather_rows
+from dominotree_jax.model.target import (ForwardOut, TargetModel, bind_target,
+                                         teacher_forced_forward)
 
 
 PROMPT_PADS = ("keep", "drop")
@@ -41,14 +42,10 @@ def real_tokens(tokens_BW, pad_id: int, prompt_pads: str = "drop"):
 def masked_forward(target: TargetModel, tokens_BW, valid_BW, tap_layers=()) -> ForwardOut:
     """One causal forward of ``[B, W]`` tokens of which ``valid_BW`` are real."""
     B, W = tokens_BW.shape
-    cfg = target.cfg
     pos_BW = jnp.maximum(jnp.cumsum(valid_BW.astype(jnp.int32), axis=1) - 1, 0)
     col_W = jnp.arange(W)
     mask_BWW = (col_W[None, None, :] <= col_W[None, :, None]) & valid_BW[:, None, :]
-    cache = KVCache.zeros(cfg.num_hidden_layers, B, W, cfg.num_key_value_heads, cfg.head_dim,
-                          target.embed_tokens.weight[...].dtype)
-    return target(tokens_BW, pos_BW, mask_BWW, cache, jnp.zeros((B,), jnp.int32),
-                  tap_layers=tuple(tap_layers))
+    return teacher_forced_forward(target, tokens_BW, pos_BW, mask_BWW, tuple(tap_layers))
 
 
 def completion_logprobs(target_params, tcfg: TargetConfig, prompt_BT, completion_BY,

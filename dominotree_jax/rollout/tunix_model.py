@@ -31,7 +31,7 @@ from jax.sharding import AxisType, PartitionSpec as P
 
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.model.cache import KVCache
-from dominotree_jax.model.target import TargetModel, bind_target
+from dominotree_jax.model.target import TargetModel, bind_target, teacher_forced_forward
 from dominotree_jax.rollout.masked_forward import real_tokens
 
 
@@ -59,16 +59,17 @@ class TunixModelConfig:
 def _forward(target: TargetModel, tokens, positions, mask, kv, end_index):
     """``(logits [B, T, V], (k, v))``; ``kv`` ``None``: a fresh ``T``-slot cache at slot 0."""
     B, T = tokens.shape
-    cfg = target.cfg
-    if kv is None:
-        cache = KVCache.zeros(cfg.num_hidden_layers, B, T, cfg.num_key_value_heads,
-                              cfg.head_dim, target.embed_tokens.weight[...].dtype)
-        start_B = jnp.zeros((B,), jnp.int32)
-    else:
-        cache = KVCache(*kv)
-        start_B = jnp.full((B,), end_index, jnp.int32)
-    out = target(tokens.astype(jnp.int32), positions.astype(jnp.int32), mask.astype(bool),
-                 cache, start_B)
+    tokens, positions, mask = tokens.astype(jnp.int32), positions.astype(jnp.int32), mask.astype(
+        bool)
+    if kv is None:   # teacher-forced: the one forward every architecture runs
+        out = teacher_forced_forward(target, tokens, positions, mask)
+        return target.logits(out.hidden), (out.cache.k, out.cache.v)
+    if target.cfg.is_hybrid:
+        raise NotImplementedError(
+            f"{target.cfg.architecture}: tunix's own sampler steps a dense-mask KV cache, which "
+            "a recurrent state cannot follow; sample with the DominoTree rollout engine "
+            "(dominotree_jax.rollout.DominoTreeRollout)")
+    out = target(tokens, positions, mask, KVCache(*kv), jnp.full((B,), end_index, jnp.int32))
     return target.logits(out.hidden), (out.cache.k, out.cache.v)
 
 

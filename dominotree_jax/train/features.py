@@ -23,8 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.model.cache import KVCache
-from dominotree_jax.model.target import bind_target, causal_mask
+from dominotree_jax.model.target import bind_target, causal_mask, teacher_forced_forward
 from dominotree_jax.precision import cast_params, params_precision, precision_name
 
 WIDTHS = (128, 256, 384, 512, 768, 1024, 2048)
@@ -35,12 +34,9 @@ def teacher_forced(tparams, tokens_BT, *, cfg: TargetConfig, taps: tuple[int, ..
     """``(taps [B, T, len(taps)·H], hidden [B, T, H])`` of a causal forward at positions
     ``0..T-1`` (right padding only affects the padded positions themselves)."""
     B, T = tokens_BT.shape
-    model = bind_target(cfg, tparams)
-    cache = KVCache.zeros(cfg.num_hidden_layers, B, T, cfg.num_key_value_heads, cfg.head_dim,
-                          jax.tree.leaves(tparams)[0].dtype)
     pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-    out = model(tokens_BT, pos, causal_mask(B, T, T), cache, jnp.zeros((B,), jnp.int32),
-                tap_layers=taps)
+    out = teacher_forced_forward(bind_target(cfg, tparams), tokens_BT, pos,
+                                 causal_mask(B, T, T), taps)
     return out.taps, out.hidden
 
 
