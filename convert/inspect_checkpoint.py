@@ -131,9 +131,10 @@ def decode_memory(target: TargetConfig | None, drafter: DrafterConfig | None, to
     out = {}
     if target is not None:
         out["target parameters"] = _bytes(target_graphdef(target, dt.name)[1])
-        out["target KV cache"] = _bytes(jax.eval_shape(lambda: KVCache.zeros(
-            target.num_hidden_layers, batch, tokens, target.num_key_value_heads,
-            target.head_dim, dt)))
+        cache = jax.eval_shape(lambda: KVCache.for_target(target, batch, tokens, dt))
+        out["target KV cache"] = _bytes((cache.k, cache.v))
+        if cache.recurrent:   # a hybrid's Gated DeltaNet states (float32, any length)
+            out["target recurrent state"] = _bytes(cache.recurrent)
     if drafter is not None:
         rows = tokens if draft_window is None else min(tokens, draft_window + drafter.block_size)
         out["drafter parameters"] = _bytes(drafter_graphdef(drafter, dt.name)[1])

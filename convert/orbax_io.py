@@ -21,7 +21,8 @@ from flax import nnx
 
 from convert.errors import CheckpointError
 from convert.files import read_json
-from dominotree_jax.config import ConfigError, DrafterConfig, TargetConfig
+from dominotree_jax.config import (ConfigError, DrafterConfig, LinearAttentionShape, MoeShape,
+                                   TargetConfig)
 from dominotree_jax.model.drafter import drafter_graphdef
 from dominotree_jax.model.target import target_graphdef
 
@@ -73,6 +74,12 @@ def saved_config(path: str, kind: str):
         if fields.get(name) is not None:
             fields[name] = tuple(fields[name])
     try:
+        # the nested shapes of hybrid and mixture-of-experts targets
+        if isinstance(fields.get("linear_attention"), dict):
+            fields["linear_attention"] = LinearAttentionShape(**fields["linear_attention"])
+        if isinstance(fields.get("moe"), dict):
+            moe = dict(fields["moe"])
+            fields["moe"] = MoeShape(**{**moe, "layers": tuple(moe.get("layers") or ())})
         cfg = _KINDS[kind](**fields)
     except (TypeError, ConfigError) as e:
         raise CheckpointError(cfg_file, other=[f"unusable {kind} config: {e}"]) from None

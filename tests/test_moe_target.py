@@ -118,3 +118,17 @@ def test_gpt_oss_mxfp4_experts_load_as_transformers_dequantises_them(tmp_path):
     toks = np.random.default_rng(5).integers(0, 256, (1, 30))
     np.testing.assert_array_equal(np.asarray(dj.target_logits(a, toks)),
                                   np.asarray(dj.target_logits(b, toks)))
+
+
+def test_orbax_round_trip_keeps_the_hybrid_and_expert_shapes(saved, tmp_path):
+    """``python -m convert target`` writes a hybrid / MoE / gpt-oss target to orbax; it loads
+    back with the same config and logits."""
+    from convert.__main__ import main as convert_main
+    name, path, _ = saved
+    out = str(tmp_path / "orbax")
+    assert convert_main(["target", path, out]) == 0
+    a, b = dj.load_target(path, tokenizer=False), dj.load_target(out, tokenizer=False)
+    assert a.config == b.config
+    toks = np.random.default_rng(2).integers(0, 256, (1, 12))
+    np.testing.assert_array_equal(np.asarray(dj.target_logits(a, toks)),
+                                  np.asarray(dj.target_logits(b, toks)))
