@@ -123,8 +123,9 @@ def test_qwen_matches_transformers(qwen, form):
 
 def test_qwen_forms_agree_and_jit(qwen):
     name, _, _, x, _, ours, _ = qwen
-    ragged, gather = (np.asarray(ours(jnp.asarray(x), form=f)) for f in FORMS)
+    ragged, gather, by_expert = (np.asarray(ours(jnp.asarray(x), form=f)) for f in FORMS)
     np.testing.assert_allclose(ragged, gather, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(by_expert, gather, rtol=0, atol=1e-6)
     graphdef, state = nnx.split(ours)
     for form in FORMS:
         run = jax.jit(lambda s, x, form=form: nnx.merge(graphdef, s)(x, form=form))
@@ -142,6 +143,7 @@ def test_qwen_bfloat16(qwen):
     for y in outs:
         assert y.dtype == np.float32 and _rel(y, ref) <= BF16_REL, (name, _rel(y, ref))
     np.testing.assert_allclose(outs[0], outs[1], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(outs[2], outs[1], rtol=0, atol=1e-5)
 
 
 def test_qwen_routing_matches_transformers(qwen):
@@ -253,8 +255,9 @@ def test_gpt_oss_matches_transformers(gpt_oss, form):
 def test_gpt_oss_forms_bfloat16_and_routing(gpt_oss):
     cfg, mlp, flat, x, ref = gpt_oss
     ours = _load(GptOssMoE.from_config(cfg, rngs=nnx.Rngs(0)), flat)
-    ragged, gather = (np.asarray(ours(jnp.asarray(x), form=f)) for f in FORMS)
+    ragged, gather, by_expert = (np.asarray(ours(jnp.asarray(x), form=f)) for f in FORMS)
     np.testing.assert_allclose(ragged, gather, rtol=0, atol=1e-6 * np.max(np.abs(ref)))
+    np.testing.assert_allclose(by_expert, gather, rtol=0, atol=1e-6 * np.max(np.abs(ref)))
     with torch.no_grad():
         _, ref_w, ref_ids = mlp.router(torch.from_numpy(x.reshape(-1, GH)))
     w, ids = ours.route(jnp.asarray(x.reshape(-1, GH)))
@@ -362,6 +365,7 @@ def test_equal_router_logits(block):
     outs = [np.asarray(moe(x, form=f)) for f in FORMS]
     assert all(np.isfinite(o).all() for o in outs)
     np.testing.assert_allclose(outs[0], outs[1], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(outs[2], outs[1], rtol=0, atol=1e-6)
     # ties between some experts only: logits (1, 1, 1, 0, ...) pick experts 0 and 1
     tied = jnp.asarray([1.0, 1.0, 1.0] + [0.0] * (E - 3))
     for weights, chosen in (softmax_topk(tied, TOP_K, True), topk_softmax(tied, TOP_K)):
@@ -379,16 +383,14 @@ def test_state_round_trip():
     np.testing.assert_array_equal(np.asarray(other(x)), np.asarray(moe(x)))
 
 
-def test_expert_logical_axes(monkeypatch):
-    """Expert-axis weights declare ``("expert", ...)`` once ``sharding.LOGICAL_AXES`` has
-    ``"expert"`` (and none before); the default rules then split the experts' ``I`` axis."""
+def test_expert_logical_axes():
+    """Expert-axis weights declare ``("expert", ...)``; the default rules split the experts'
+    ``I`` axis, ``ShardingRules(("expert",))`` the experts themselves."""
     from dominotree_jax import sharding
     from jax.sharding import PartitionSpec as P
-    monkeypatch.delitem(sharding.LOGICAL_AXES, "expert", raising=False)
     moe = SparseMoE(H, I, E, TOP_K, shared_intermediate=SHARED_I, rngs=nnx.Rngs(0))
-    assert "logical_axes" not in moe.experts.gate_proj.get_metadata()
+    assert moe.experts.gate_proj.get_metadata()["logical_axes"] == ("expert", "mlp", "embed")
     assert moe.shared_expert.gate_proj.weight.get_metadata()["logical_axes"] == ("mlp", "embed")
-    monkeypatch.setitem(sharding.LOGICAL_AXES, "expert", "a MoE layer's experts")
     gpt = GptOssMoE(GH, GI, E, TOP_K, rngs=nnx.Rngs(0))
     specs = sharding.flat_param_specs(nnx.state(gpt), model_size=2)
     assert specs["experts.gate_proj"] == P(None, "model", None)

@@ -26,13 +26,15 @@ Qwen3-Next) stack along the expert axis; a fused ``mlp.experts.gate_up_proj [exp
 interleaved (gate = even rows, up = odd rows) and ``mxfp4.dequantize_mxfp4`` gives it from the
 released ``_blocks``/``_scales``.
 
-**Two forms** of the expert computation (static ``form``, equal results):
+**Three forms** of the expert computation (static ``form``, equal results):
 
 - ``"ragged"``: the token-expert assignments sorted by expert, one grouped product per
   projection (``jax.lax.ragged_dot_general``, group sizes per expert), unsorted and combined.
   A grouped GEMM on GPU; XLA:CPU lowers it to a masked dense product over all experts.
-- ``"gather"``: each token's ``k`` experts' weights gathered and applied by ``einsum``: reads
-  ``rows x k`` expert matrices, for the few rows of decoding and verification.
+- ``"gather"``: each token's ``k`` experts' weights gathered and applied by ``einsum``: copies
+  ``rows x k`` expert matrices.
+- ``"by_expert"``: a loop over the distinct experts the rows chose, each expert's matrices
+  read once for all rows: the few rows of decoding and verification (``choose_form``).
 
 Precision as ``Linear``: operands in the weights' dtype, products accumulated and returned in
 float32, routing and activations in float32; outputs are float32.
@@ -56,7 +58,7 @@ from dominotree_jax.linalg import matmul_t
 from dominotree_jax.model.layers import _INIT_STD, SwiGLU
 from dominotree_jax.sharding import declare
 
-FORMS = ("ragged", "gather")
+FORMS = ("ragged", "gather", "by_expert")
 ACTIVATIONS = ("silu", "gpt_oss")
 
 # [assignments, in] x [experts, out, in] -> [assignments, out], assignments grouped by expert
@@ -70,14 +72,17 @@ def _expert_axes(*rest: str) -> dict:
     return declare("expert", *rest)
 
 
-# rows up to which ``form=None`` gathers each row's experts (decode steps, verification);
-# above, the grouped products (prefill chunks), which XLA:CPU runs over every expert
-GATHER_ROWS_MAX = 64
+# rows up to which ``form=None`` loops over the experts the rows chose (decode steps,
+# verification: each chosen expert's weights read once); above, the grouped products (prefill
+# chunks). One layer of Qwen3-Coder-30B-A3B on an AMD EPYC (Zen 3, 2 cores): a 1-row step
+# took 239 ms in the gather form, which copies every row's expert matrices
+# (``benchmarks/step/layer_kinds.py``).
+SMALL_ROWS_MAX = 64
 
 
 def choose_form(rows: int) -> str:
     """The expert form for ``rows`` token rows (static)."""
-    return "gather" if rows <= GATHER_ROWS_MAX else "ragged"
+    return "by_expert" if rows <= SMALL_ROWS_MAX else "ragged"
 
 
 def _normal(rngs: nnx.Rngs, shape, dtype):
@@ -160,6 +165,8 @@ class Experts(nnx.Module):
         ``expert_ids [rows, top_k]`` (int), ``weights [rows, top_k]``: ``[rows, H]`` float32.
         ``form`` None: ``choose_form`` by the rows."""
         form = choose_form(x.shape[0]) if form is None else form
+        if form == "by_expert":
+            return self._by_expert(x, expert_ids, weights)
         if form == "ragged":
             outputs = self._ragged(x, expert_ids)
         elif form == "gather":
@@ -189,6 +196,34 @@ class Experts(nnx.Module):
             self.down_proj_bias, expert)
         unsorted = jnp.zeros_like(out).at[order].set(out, unique_indices=True)
         return unsorted.reshape(rows, top_k, -1)
+
+    def _by_expert(self, x, expert_ids, weights):
+        """``[rows, H]``: a loop over the distinct experts the rows chose (a dynamic count),
+        each expert's matrices sliced once and applied to every row, its output added with
+        each row's weight for it (0 where the row did not choose it)."""
+        rows, top_k = expert_ids.shape
+        chosen = jnp.unique(expert_ids.reshape(-1), size=min(rows * top_k, self.num_experts),
+                            fill_value=-1)
+        count = jnp.sum(chosen >= 0)
+        weights = weights.astype(jnp.float32)
+
+        def one(w, e):
+            return jax.lax.dynamic_index_in_dim(w[...], e, axis=0, keepdims=False)
+
+        def bias(b, e):
+            return 0.0 if b is None else one(b, e).astype(jnp.float32)
+
+        def body(i, acc):
+            e = chosen[i]
+            gate = matmul_t(x, one(self.gate_proj, e)) + bias(self.gate_proj_bias, e)
+            up = matmul_t(x, one(self.up_proj, e)) + bias(self.up_proj_bias, e)
+            out = matmul_t(self._glu(gate, up), one(self.down_proj, e)) + bias(
+                self.down_proj_bias, e)
+            coef = jnp.sum(jnp.where(expert_ids == e, weights, 0.0), axis=1)
+            return acc + coef[:, None] * out
+
+        return jax.lax.fori_loop(0, count, body,
+                                 jnp.zeros((rows, self.down_proj.shape[1]), jnp.float32))
 
     def _gather(self, x, expert_ids):
         """Each row's ``top_k`` expert outputs ``[rows, top_k, H]`` from its gathered expert
