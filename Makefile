@@ -39,7 +39,8 @@ LONG_TESTS := tests/test_precision.py tests/test_auto_budget.py tests/test_train
 	tests/test_spec_decode.py tests/test_quickstart.py tests/test_rl_multidevice.py \
 	tests/test_gpu_suite.py tests/test_rl_example.py tests/test_tunix_engine.py tests/test_train.py \
 	tests/test_tunix_logprobs.py tests/test_train_mesh.py tests/test_smollm2.py \
-	tests/test_attention.py tests/test_draft_vocab.py tests/test_lookup.py
+	tests/test_attention.py tests/test_draft_vocab.py tests/test_lookup.py \
+	tests/test_hybrid_decode.py tests/test_moe_target.py tests/test_new_target_drafters.py
 SHORT_TESTS := $(filter-out $(LONG_TESTS),$(sort $(wildcard tests/test_*.py)))
 short_group = $(foreach i,$(shell seq $(1) 4 $(words $(SHORT_TESTS))),$(word $(i),$(SHORT_TESTS)))
 TEST_JOBS ?= 2

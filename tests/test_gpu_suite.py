@@ -497,3 +497,21 @@ def test_prepared_device_command(tmp_path, capsys):
     written |= {"gpu_suite.md", "gpu_suite.json"}
     assert len(written) <= 8, written
     capsys.readouterr()
+
+
+def test_prepared_targets_command(tmp_path, capsys):
+    """benchmarks/gpu_targets_run.sh: its suite call parses and runs both of today's pairs
+    (Qwen3.5-4B hybrid, Qwen3-Coder-30B-A3B MoE) at tiny size, within 8 returned files."""
+    import shlex
+    text = (REPO / "benchmarks" / "gpu_targets_run.sh").read_text()
+    call = text[text.index('"$PY" -m benchmarks gpu suite'):].split(">")[0]
+    argv = shlex.split(call.replace("\\\n", " "))[5:]
+    argv = [a.replace('"$SUITE_SECONDS"', "520").replace("$SUITE_SECONDS", "520")
+            .replace("$OUT", str(tmp_path)) for a in argv]
+    assert int(argv[argv.index("--deadline") + 1]) + 50 < 600
+    assert suite.main(argv + FAST[1:] + ["--tiny", "--deadline", "0", "--methods", "dflash"]) == 0
+    report = _report(tmp_path / "gpu_suite.md")
+    assert list(report["pairs"]) == ["qwen3.5-4b-dflash", "qwen3-coder-30b-a3b-dflash"]
+    written = set(re.findall(r'\$OUT/([A-Za-z0-9_.-]+)"', text)) | {"gpu_suite.json"}
+    assert len(written) <= 8, written
+    capsys.readouterr()

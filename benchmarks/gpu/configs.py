@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from dominotree_jax.config import DrafterConfig, TargetConfig
+from dominotree_jax.config import (DrafterConfig, LinearAttentionShape, MoeShape, TargetConfig,
+                                   default_tap_layers)
 
 METHODS = ("dflash", "domino", "ddtree", "dominotree")
 TOP_M, NODE_TOPK, BUDGET = 64, 8, 16  # the drafting settings every round uses
@@ -55,16 +56,40 @@ def qwen3_target(hidden, layers, heads, kv_heads, head_dim, intermediate, vocab,
         architecture="Qwen3ForCausalLM")
 
 
+def qwen3_5_target(hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, tied,
+                   linear: LinearAttentionShape):
+    """A Qwen3.5 hybrid: three Gated DeltaNet layers, then a gated full-attention one."""
+    return TargetConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        head_dim=head_dim, rms_norm_eps=1e-6, rope_theta=10_000_000.0, tie_word_embeddings=tied,
+        qk_norm=True, max_position_embeddings=262144, architecture="Qwen3_5ForCausalLM",
+        layer_types=tuple("full_attention" if (i + 1) % 4 == 0 else "linear_attention"
+                          for i in range(layers)),
+        linear_attention=linear, attn_output_gate=True, partial_rotary_factor=0.25,
+        norm_offset=1.0)
+
+
+def qwen3_moe_target(hidden, layers, heads, kv_heads, head_dim, vocab, moe: MoeShape):
+    return TargetConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=moe.intermediate,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        head_dim=head_dim, rms_norm_eps=1e-6, rope_theta=10_000_000.0, qk_norm=True,
+        max_position_embeddings=262144, architecture="Qwen3MoeForCausalLM", moe=moe)
+
+
 def dflash_drafter(target: TargetConfig, *, layers, block, taps, mask_id, domino=False,
-                   gru_hidden=1024, emb_dim=256):
-    """A DFlash drafter for ``target`` (its hidden/head sizes); ``domino`` adds the Domino head."""
+                   gru_hidden=1024, emb_dim=256, heads=None):
+    """A DFlash drafter for ``target`` (its hidden/head sizes, or ``heads`` = (query heads,
+    kv heads, head dim) of its own); ``domino`` adds the Domino head."""
     extra = (dict(projector_type="domino", gru_hidden_dim=gru_hidden, emb_dim=emb_dim,
                   pure_draft_prefix_len=1) if domino else {})
+    q, kv, d = heads or (target.num_attention_heads, target.num_key_value_heads,
+                         target.head_dim)
     return DrafterConfig(
         vocab_size=target.vocab_size, hidden_size=target.hidden_size,
         intermediate_size=target.intermediate_size, num_hidden_layers=layers,
-        num_attention_heads=target.num_attention_heads,
-        num_key_value_heads=target.num_key_value_heads, head_dim=target.head_dim,
+        num_attention_heads=q, num_key_value_heads=kv, head_dim=d,
         block_size=block, mask_token_id=mask_id, num_target_layers=target.num_hidden_layers,
         target_layer_ids=tuple(taps), rms_norm_eps=1e-6, rope_theta=1_000_000.0, **extra)
 
@@ -95,6 +120,37 @@ def real_pairs() -> dict[str, PairSpec]:
         "qwen3-4b-dflash": PairSpec("Qwen3-4B + DFlash-b16", qwen3_4b,
                                     dflash_drafter(qwen3_4b, **b16), ("dflash", "ddtree"),
                                     published="Qwen3-4B"),
+        **today_pairs(tiny=False),
+    }
+
+
+def today_pairs(tiny: bool) -> dict[str, PairSpec]:
+    """Qwen3.5-4B (Gated DeltaNet hybrid) and Qwen3-Coder-30B-A3B (128 experts, top 8), each
+    with a 5-layer DFlash-b16 drafter at its width (the drafters' own head shapes and mask id
+    as we read the released configs; random weights: speed, not acceptance)."""
+    if tiny:
+        q35 = qwen3_5_target(64, 4, 4, 2, 16, 128, 512, True, LinearAttentionShape(
+            4, 2, 4, 8, 8))
+        coder = qwen3_moe_target(64, 3, 4, 2, 16, 512, MoeShape(8, 2, 32, (0, 1, 2)))
+        b16 = dict(layers=1, block=16, mask_id=511, heads=(4, 2, 16))
+    else:
+        q35 = qwen3_5_target(2560, 32, 16, 4, 256, 9216, 248320, True, LinearAttentionShape(
+            4, 16, 32, 128, 128))
+        coder = qwen3_moe_target(2048, 48, 32, 4, 128, 151936,
+                                 MoeShape(128, 8, 768, tuple(range(48))))
+        b16 = dict(layers=5, block=16, mask_id=151669, heads=(32, 8, 128))
+    q35_drafter = dflash_drafter(q35, **{**b16, "mask_id": min(b16["mask_id"],
+                                                                q35.vocab_size - 1)},
+                                 taps=default_tap_layers(q35.num_hidden_layers, b16["layers"]))
+    coder_drafter = dflash_drafter(
+        coder.__class__(**{**coder.__dict__, "intermediate_size": 6144 if not tiny else 128}),
+        **b16, taps=default_tap_layers(coder.num_hidden_layers, b16["layers"]))
+    prefix = "tiny " if tiny else ""
+    return {
+        "qwen3.5-4b-dflash": PairSpec(f"{prefix}Qwen3.5-4B + DFlash-b16", q35, q35_drafter,
+                                      ("dflash", "ddtree")),
+        "qwen3-coder-30b-a3b-dflash": PairSpec(f"{prefix}Qwen3-Coder-30B-A3B + DFlash-b16",
+                                               coder, coder_drafter, ("dflash", "ddtree")),
     }
 
 
@@ -114,6 +170,7 @@ def tiny_pairs() -> dict[str, PairSpec]:
         "qwen3-4b-dflash": PairSpec("tiny Qwen3-4B-like + DFlash-b16", tiny_4b,
                                     dflash_drafter(tiny_4b, **b16), ("dflash", "ddtree"),
                                     kernel_head=(32, 24), published="Qwen3-4B"),
+        **today_pairs(tiny=True),
     }
 
 

@@ -106,8 +106,7 @@ def round_buffers(spec: PairSpec, configs: dict, *, context: int, max_new_tokens
     rows = max(c.num_draft_nodes for c in configs.values()) + 1
     S = context + max_new_tokens + rows
     O = max_new_tokens + max(c.max_depth for c in configs.values()) + 1
-    cache = KVCache.zeros(tcfg.num_hidden_layers, 1, S, tcfg.num_key_value_heads,
-                          tcfg.head_dim, dtype)
+    cache = KVCache.for_target(tcfg, 1, S, dtype)
     ctx = DrafterContext.zeros(spec.drafter, 1, S, dtype)._replace(
         length=jnp.full((1,), context, jnp.int32))
     return {"cache": cache, "ctx": ctx, "out": jnp.zeros((1, O), jnp.int32)}

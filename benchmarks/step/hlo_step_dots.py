@@ -80,8 +80,7 @@ def main(argv=None):
 
         for rows in (1, 17):
             inputs = step_inputs(cfg, 1, rows, 256, 128)
-            cache = KVCache.zeros(cfg.num_hidden_layers, 1, 256, cfg.num_key_value_heads,
-                                  cfg.head_dim, jax.tree.leaves(t.params)[0].dtype)
+            cache = KVCache.for_target(cfg, 1, 256, jax.tree.leaves(t.params)[0].dtype)
             hlo = jax.jit(step, donate_argnums=0).lower(cache, t.params, *inputs).compile() \
                 .as_text()
             kinds = ", ".join(f"{n}x {k}" for k, n in sorted(product_kinds(hlo).items()))

@@ -121,8 +121,7 @@ class SlotState(NamedTuple):
 
 
 def empty_slots(cfg, batch: int, slots: int, dtype) -> SlotState:
-    cache = KVCache.zeros(cfg.num_hidden_layers, batch, slots, cfg.num_key_value_heads,
-                          cfg.head_dim, dtype)
+    cache = KVCache.for_target(cfg, batch, slots, dtype)
     return SlotState(cache, jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), jnp.int32))
 
 
