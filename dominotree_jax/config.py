@@ -205,15 +205,7 @@ class TargetConfig(DecoderShape):
             raise ConfigError(f"attention_impl must be 'auto', 'bucket' or 'dense', got "
                               f"{self.attention_impl!r}")
         if self.layer_types is not None:
-            types = tuple(self.layer_types)
-            object.__setattr__(self, "layer_types", types)
-            if len(types) != self.num_hidden_layers:
-                raise ConfigError(f"layer_types has {len(types)} entries for "
-                                  f"{self.num_hidden_layers} layers")
-            unknown = sorted(set(types) - set(TARGET_LAYER_TYPES))
-            if unknown:
-                raise ConfigError(f"unsupported target layer type(s) {unknown}; supported: "
-                                  f"{TARGET_LAYER_TYPES}")
+            types = checked_layer_types(self, TARGET_LAYER_TYPES, "target")
             if "sliding_attention" in types and (not isinstance(self.sliding_window, int)
                                                  or self.sliding_window < 1):
                 raise ConfigError(f"sliding_attention layers need a positive integer "
@@ -299,18 +291,12 @@ class TargetConfig(DecoderShape):
         moe = (hf_moe_shape(cfg, cfg["num_hidden_layers"], shared=False)
                if arch == "Qwen3MoeForCausalLM" else None)
         return cls(
-            **hf_shape_fields(cfg),
-            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-            rope_theta=rope_theta,
-            rope_scaling=rope_scaling,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            **_decoder_fields(cfg, (rope_theta, rope_scaling), cfg.get("tie_word_embeddings")),
             qk_norm=qk_norm,
             attention_bias=bool(cfg.get("attention_bias", qkv_bias)) or qkv_bias,
-            max_position_embeddings=cfg.get("max_position_embeddings", 32768),
             architecture=arch,
             moe=moe,
         )
-
 
     @classmethod
     def _gpt_oss_from_hf_dict(cls, cfg: dict) -> "TargetConfig":
@@ -327,15 +313,12 @@ class TargetConfig(DecoderShape):
             "truncate": False, "original_max_position_embeddings": 4096}
         rope_theta, rope_scaling = hf_rope_fields({**cfg, "rope_parameters": rope}, 150000.0)
         return cls(
-            **hf_shape_fields({**cfg, "head_dim": cfg.get("head_dim", 64)}),
-            rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
-            rope_theta=rope_theta,
-            rope_scaling=rope_scaling,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            **_decoder_fields({"head_dim": 64, "rms_norm_eps": 1e-5,
+                               "max_position_embeddings": 131072, **cfg},
+                              (rope_theta, rope_scaling), cfg.get("tie_word_embeddings")),
             qk_norm=False,
             attention_bias=bool(cfg.get("attention_bias", True)),
             output_bias=bool(cfg.get("attention_bias", True)),
-            max_position_embeddings=cfg.get("max_position_embeddings", 131072),
             architecture="GptOssForCausalLM",
             layer_types=tuple(types),
             sliding_window=cfg.get("sliding_window") or 128,
@@ -380,14 +363,9 @@ class TargetConfig(DecoderShape):
                 rope_scaling = None
         tie = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
         return cls(
-            **hf_shape_fields({**text, "head_dim": text.get("head_dim", 256)}),
-            rms_norm_eps=text.get("rms_norm_eps", 1e-6),
-            rope_theta=rope_theta,
-            rope_scaling=rope_scaling,
-            tie_word_embeddings=bool(tie),
+            **_decoder_fields({"head_dim": 256, **text}, (rope_theta, rope_scaling), tie),
             qk_norm=True,
             attention_bias=bool(text.get("attention_bias", False)),
-            max_position_embeddings=text.get("max_position_embeddings", 32768),
             architecture=arch,
             layer_types=tuple(types),
             linear_attention=LinearAttentionShape(
@@ -401,6 +379,29 @@ class TargetConfig(DecoderShape):
             norm_offset=1.0,
             moe=moe,
         )
+
+
+def _decoder_fields(cfg: dict, rope: tuple, tie) -> dict:
+    """The fields every target family reads alike: shapes, norm eps, RoPE, head tying and
+    context length (``cfg``'s own defaults first, e.g. ``head_dim``)."""
+    return dict(**hf_shape_fields(cfg), rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+                rope_theta=rope[0], rope_scaling=rope[1], tie_word_embeddings=bool(tie),
+                max_position_embeddings=cfg.get("max_position_embeddings", 32768))
+
+
+def checked_layer_types(cfg, supported: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """``cfg.layer_types`` as a tuple (set on the frozen ``cfg``), one known type per layer;
+    a ``ConfigError`` naming the problem otherwise."""
+    types = tuple(cfg.layer_types)
+    object.__setattr__(cfg, "layer_types", types)
+    if len(types) != cfg.num_hidden_layers:
+        raise ConfigError(f"{what} layer_types has {len(types)} entries for "
+                          f"{cfg.num_hidden_layers} layers")
+    unknown = sorted(set(types) - set(supported))
+    if unknown:
+        raise ConfigError(f"unsupported {what} layer type(s) {unknown}; supported: "
+                          f"{supported}")
+    return types
 
 
 def _require(cfg: dict, what: str, names) -> None:
@@ -526,17 +527,8 @@ class DrafterConfig(DecoderShape):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ConfigError(f"drafter {name}={value!r} must be a positive integer")
-        if self.layer_types is None:
-            return
-        types = tuple(self.layer_types)
-        object.__setattr__(self, "layer_types", types)
-        if len(types) != self.num_hidden_layers:
-            raise ConfigError(f"drafter layer_types has {len(types)} entries for "
-                              f"{self.num_hidden_layers} layers")
-        unknown = sorted(set(types) - set(LAYER_TYPES))
-        if unknown:
-            raise ConfigError(f"unsupported drafter layer type(s) {unknown}; supported: "
-                              f"{LAYER_TYPES}")
+        if self.layer_types is not None:
+            checked_layer_types(self, LAYER_TYPES, "drafter")
 
     @property
     def num_draft_positions(self) -> int:

@@ -1,5 +1,5 @@
 """Gated DeltaNet, the linear-attention layer of the Qwen3.5 / Qwen3-Next hybrids, verified on
-draft trees (docs/algorithm.md §1.1).
+draft trees (docs/algorithm.md §1.1, §5.1).
 
 A layer keeps a recurrent state instead of a KV cache: the last ``conv_kernel - 1`` inputs of a
 short causal depthwise convolution, and per value head a ``[key_dim, value_dim]`` matrix
