@@ -85,3 +85,25 @@ def test_bfloat16_weights_stay_close(tmp_path):
         ref = model(torch.tensor(toks)).logits.numpy()
     # bf16 weights, float32 activations and states: stated bound
     assert _rel(np.asarray(dj.target_logits(target, toks)), ref) <= 2e-2
+
+
+def test_every_new_parameter_declares_its_sharding():
+    """Hybrid, expert and gpt-oss weights name their logical axes, so the sharding rules place
+    them (a 4-way model axis splits the experts' units, the GDN channels stay whole)."""
+    from jax.sharding import PartitionSpec as P
+
+    from dominotree_jax.model.target import init_target_params
+    from dominotree_jax.sharding import ShardingRules, flat_param_specs
+    from spec_fixtures import tiny_pair
+    for kw in (dict(hybrid=True, moe=True), dict(gpt_oss=True)):
+        tcfg, _, params = tiny_pair(**kw)
+        specs = flat_param_specs(init_target_params(tcfg), 4)
+        assert specs["layers.0.mlp.experts.gate_proj"] == P(None, "model", None)
+        if tcfg.is_hybrid:
+            assert specs["layers.0.linear_attn.in_proj_qkv.weight"] == P()
+            by_channel = flat_param_specs(params["target"], 2,
+                                          ShardingRules(("heads", "kv_heads", "mlp",
+                                                         "linear_channels")))
+            assert by_channel["layers.0.linear_attn.in_proj_qkv.weight"] == P("model", None)
+        else:
+            assert specs["layers.0.self_attn.sinks"] == P("model")
