@@ -91,7 +91,6 @@ def layer_programs(cfg: TargetConfig, context: int, rows_options=(1, 17)):
     """``{rows: fn}``: a jitted ``forward_rows`` of ``rows`` rows after ``context`` committed
     tokens (random cache / state contents), and the layer's kept bytes per sequence."""
     params = init_target_params(cfg, 0)
-    target = bind_target(cfg, params)
     S = context + 32
     cache = KVCache.for_target(cfg, 1, S)
     rng = np.random.default_rng(0)
@@ -107,7 +106,6 @@ def layer_programs(cfg: TargetConfig, context: int, rows_options=(1, 17)):
         fwd = jax.jit(lambda w, c, t, p, m: bind_target(cfg, w).forward_rows(
             t, p, c, start, m).hidden)
         fns[rows] = (lambda f=fwd, t=toks, p=pos, m=mask: f(params, cache, t, p, m))
-    del target
     kept = sum(x.nbytes for x in jax.tree.leaves(cache.recurrent))
     kept += sum(x.nbytes for x in jax.tree.leaves((cache.k, cache.v))) * context // S
     return fns, kept

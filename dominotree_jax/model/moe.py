@@ -67,11 +67,6 @@ _RAGGED_DIMS = jax.lax.RaggedDotDimensionNumbers(
     rhs_group_dimensions=[0])
 
 
-def _expert_axes(*rest: str) -> dict:
-    """``declare("expert", *rest)``: a weight with a leading expert axis."""
-    return declare("expert", *rest)
-
-
 # rows up to which ``form=None`` loops over the experts the rows chose (decode steps,
 # verification: each chosen expert's weights read once); above, the grouped products (prefill
 # chunks). One layer of Qwen3-Coder-30B-A3B on an AMD EPYC (Zen 3, 2 cores): a 1-row step
@@ -96,8 +91,8 @@ class Router(nnx.Module):
     def __init__(self, hidden: int, num_experts: int, *, bias: bool = False,
                  dtype=jnp.float32, rngs: nnx.Rngs):
         self.weight = nnx.Param(_normal(rngs, (num_experts, hidden), dtype),
-                                **_expert_axes("embed"))
-        self.bias = (nnx.Param(jnp.zeros((num_experts,), dtype), **_expert_axes())
+                                **declare("expert", "embed"))
+        self.bias = (nnx.Param(jnp.zeros((num_experts,), dtype), **declare("expert"))
                      if bias else None)
 
     def __call__(self, x_sH):
@@ -141,16 +136,17 @@ class Experts(nnx.Module):
         self.activation, self.alpha, self.limit = activation, float(alpha), float(limit)
         shape_in, shape_out = (num_experts, intermediate, hidden), (num_experts, hidden,
                                                                     intermediate)
-        self.gate_proj = nnx.Param(_normal(rngs, shape_in, dtype), **_expert_axes("mlp", "embed"))
-        self.up_proj = nnx.Param(_normal(rngs, shape_in, dtype), **_expert_axes("mlp", "embed"))
+        in_axes = declare("expert", "mlp", "embed")
+        self.gate_proj = nnx.Param(_normal(rngs, shape_in, dtype), **in_axes)
+        self.up_proj = nnx.Param(_normal(rngs, shape_in, dtype), **in_axes)
         self.down_proj = nnx.Param(_normal(rngs, shape_out, dtype),
-                                   **_expert_axes("embed", "mlp"))
+                                   **declare("expert", "embed", "mlp"))
         zeros = functools.partial(jnp.zeros, dtype=dtype)
         self.gate_proj_bias = (nnx.Param(zeros((num_experts, intermediate)),
-                                         **_expert_axes("mlp")) if bias else None)
+                                         **declare("expert", "mlp")) if bias else None)
         self.up_proj_bias = (nnx.Param(zeros((num_experts, intermediate)),
-                                       **_expert_axes("mlp")) if bias else None)
-        self.down_proj_bias = (nnx.Param(zeros((num_experts, hidden)), **_expert_axes("embed"))
+                                       **declare("expert", "mlp")) if bias else None)
+        self.down_proj_bias = (nnx.Param(zeros((num_experts, hidden)), **declare("expert", "embed"))
                                if bias else None)
 
     def _glu(self, gate, up):
