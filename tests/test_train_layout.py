@@ -1,4 +1,4 @@
-"""``dominotree_jax/train/`` as data -> run -> eval: four entry points, every command a module's
+"""``dominotree_jax/train/`` as data -> run -> eval: three entry points, every command a module's
 ``main(argv)`` behind a dispatcher, no import of a ``__main__`` and no import cycle (in the
 whole package)."""
 
@@ -14,7 +14,7 @@ from dominotree_jax.train.cli import DATA_COMMANDS, EVAL_COMMANDS, dispatch
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dominotree_jax"
 TRAIN = PACKAGE / "train"
-ENTRY_POINTS = {"__main__.py", "data/__main__.py", "eval/__main__.py", "campaign.py"}
+ENTRY_POINTS = {"__main__.py", "data/__main__.py", "eval/__main__.py"}
 
 
 def _modules(root: Path = TRAIN) -> dict[str, Path]:
@@ -30,7 +30,7 @@ def _has_script_guard(path: Path) -> bool:
     return any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
 
 
-def test_four_entry_points():
+def test_three_entry_points():
     guarded = {str(p.relative_to(TRAIN)) for p in TRAIN.rglob("*.py") if _has_script_guard(p)}
     assert guarded == ENTRY_POINTS
 
@@ -109,6 +109,6 @@ def test_data_commands_default_to_collect(capsys):
     assert dispatch(prog, DATA_COMMANDS, ["--help"], default="collect") == 0
     assert "without a COMMAND: collect" in capsys.readouterr().out
     collect = importlib.import_module(DATA_COMMANDS["collect"][0])
-    assert collect.parse_args(["--refill", "32"]).refill == 32
+    assert collect.parse_args(["--data", "d", "--refill", "32"]).refill == 32
     with pytest.raises(SystemExit):
-        collect.parse_args(["--segment", "32"])   # the re-prefilling engine is gone
+        collect.parse_args(["--data", "d", "--segment", "32"])   # the re-prefilling engine is gone

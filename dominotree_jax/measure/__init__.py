@@ -1,6 +1,6 @@
 """What measuring the engine needs, shared by the cost calibration (``dominotree_jax.calibrate``),
-the training tools (``train/eval/``, ``train/data/overlap.py``, ``train/campaign.py``)
-and the benchmarks (``benchmarks/``):
+the training tools (``train/eval/``, ``train/data/overlap.py``), the experiments and the
+benchmarks (``benchmarks/``):
 
 - ``timing``: the interleaved timer and the machine facts named next to a timing (CPU model,
   bf16 matrix units);

@@ -3,10 +3,9 @@
 and ``engine_metrics``), the
 tunix model calling convention for our target (``TunixCausalLM``), a jitted drafter update
 that follows the policy from rollout features (``drafter_refresh``), the engine's state
-saved and restored beside tunix's checkpoints (``checkpoints``), and GRPO arm comparisons
-through tunix's ``GRPOLearner`` (``grpo_task``: what a task supplies; ``grpo_run``: arms with a
-CSV row per step and resume; ``grpo_speed``: rollout speed side by side; ``grpo_report``), and
-tunix's ``RLCluster`` made right across processes (``cluster.MultiProcessRLCluster``)."""
+saved and restored beside tunix's checkpoints (``checkpoints``), and tunix's ``RLCluster`` made
+right across processes (``cluster.MultiProcessRLCluster``). The GRPO experiment harness that
+drives them is in ``experiments/grpo/``."""
 
 from dominotree_jax.rollout.checkpoints import (EngineCheckpoints,  # noqa: F401
                                                attach_engine_checkpoints,

@@ -59,6 +59,7 @@ import numpy as np
 
 from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState, initial_state, probe_next
 from dominotree_jax.decoding.config import DecodeConfig
+from dominotree_jax.rollout.backoff import ProbeBackoff, moving_average
 
 # the refresh's teacher-forced chain τ must rise by this factor since the last probe of
 # budget="auto" before a refreshed drafter is probed again
@@ -75,30 +76,29 @@ REFERENCE_EVERY = 16  # calls without an ``ar`` one before a plain call re-times
 
 
 @dataclasses.dataclass
-class LookupCalls:
-    """The plain calls' record of one ``lookup=K`` config (module docstring)."""
+class LookupCalls(ProbeBackoff):
+    """The plain calls' record of one ``lookup=K`` config (module docstring); ``gap`` and
+    ``waited`` (``ar`` calls since the last lookup-only one): when a lookup-only call comes back
+    while it does not pay."""
     gain: float = LOOKUP_PAYS   # moving average of the lookup-only calls' ``call_gain``
-    gap: int = 1        # calls from one lookup-only call to the next while it does not pay
-    waited: int = 0     # ``ar`` calls since the last lookup-only one
 
     def wants_lookup(self) -> bool:
-        return self.gain >= LOOKUP_PAYS or self.waited + 1 >= self.gap
+        return self.gain >= LOOKUP_PAYS or self.probe_due()
 
     def record(self, gain: float) -> None:
-        self.gain = (1 - LOOKUP_ALPHA) * self.gain + LOOKUP_ALPHA * gain
-        self.gap = 1 if self.gain >= LOOKUP_PAYS else min(2 * self.gap, MAX_LOOKUP_GAP)
-        self.waited = 0
+        self.gain = moving_average(self.gain, gain, LOOKUP_ALPHA)
+        self.probed(self.gain >= LOOKUP_PAYS, MAX_LOOKUP_GAP)
 
 
 @dataclasses.dataclass
-class CallRates:
+class CallRates(ProbeBackoff):
     """The measured speed of one ``(config, rows)``'s calls (module docstring): committed tokens
-    per second, moving averages per program (0.0: not measured yet)."""
+    per second, moving averages per program (0.0: not measured yet); ``gap`` and ``waited``
+    (plain calls since the last drafting one): when a drafting call comes back as a probe
+    while drafting is slower."""
     drafting: float = 0.0   # calls that ran the drafting program
     ar: float = 0.0         # plain ``ar`` calls: the reference
     lookup: float = 0.0     # lookup-only plain calls (``lookup=K``)
-    gap: int = 1            # calls from one drafting probe to the next while drafting is slower
-    waited: int = 0         # plain calls since the last drafting one
     since_ar: int = 0       # calls since the last ``ar`` one
 
     def slower(self) -> bool:
@@ -113,7 +113,7 @@ class CallRates:
         """Whether a call whose state wants to draft may run the drafting program."""
         if self.wants_reference():
             return False
-        return not self.slower() or self.waited + 1 >= self.gap
+        return not self.slower() or self.probe_due()
 
     def over_ar(self, tokens_per_s: float) -> float | None:
         """``tokens_per_s`` over the ``ar`` calls' (None before one is measured)."""
@@ -122,14 +122,13 @@ class CallRates:
     def record(self, kind: str, tokens_per_s: float) -> None:
         """One timed call of ``kind``: ``"drafting"``, ``"ar"`` or ``"lookup"``."""
         old = getattr(self, kind)
-        setattr(self, kind, tokens_per_s if old <= 0.0 else
-                (1 - CLOCK_ALPHA) * old + CLOCK_ALPHA * tokens_per_s)
+        setattr(self, kind, moving_average(old if old > 0.0 else None, tokens_per_s,
+                                           CLOCK_ALPHA))
         self.since_ar = 0 if kind == "ar" else self.since_ar + 1
         if kind == "drafting":
-            self.waited = 0
-            self.gap = min(2 * self.gap, MAX_CLOCK_GAP) if self.slower() else 1
+            self.probed(not self.slower(), MAX_CLOCK_GAP)
         else:
-            self.waited += 1
+            self.skipped()
 
     def new_drafter(self) -> None:
         """A new drafter: its calls are timed afresh, the next one may draft."""
@@ -159,8 +158,9 @@ def plain_config(config: DecodeConfig, lookup: bool = True) -> DecodeConfig:
     ``lookup``, else ``method="ar"``; it keeps the drafter config only to return its features
     (``return_features``: the drafter refresh trains on them)."""
     drafter = config.drafter if config.return_features else None
-    if config.lookup and lookup:
-        return config.replace(method="lookup", drafter=drafter)
+    if config.lookup_paths and lookup:
+        return config.replace(method="lookup", drafter=drafter,
+                              lookup_length=config.lookup_path_length)
     return config.replace(method="ar", drafter=drafter, lookup=0)
 
 
@@ -229,14 +229,14 @@ class AutoProbe:
                          tokens_per_s)
         if ran is config:
             return
-        if config.lookup:   # the plain calls' record: a lookup-only call, or one more ar call
+        if config.lookup_paths:   # the plain calls' record: a lookup-only call, or one more ar call
             calls = self.lookup_calls.setdefault((config, rows), LookupCalls())
             if ran.is_auto:
                 measured = None if rates is None else rates.over_ar(tokens_per_s)
                 calls.record(call_gain(self.policy(ran, rows), out) if measured is None
                              else measured)
             else:
-                calls.waited += 1
+                calls.skipped()
         st = self.states[(config, rows)]
         rounds = int(jax.device_get(jnp.max(out.num_rounds)))
         since = np.minimum(np.asarray(st.since) + rounds,

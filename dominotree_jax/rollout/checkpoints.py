@@ -4,25 +4,27 @@ tunix checkpoints the policy and its optimizer (orbax); what ``DominoTreeRollout
 between rollouts (PRNG key, ``budget="auto"`` states, refreshed drafter and its optimizer:
 ``checkpoint_state()``) it does not know about. ``attach_engine_checkpoints`` wraps the actor
 trainer's checkpoint manager so that whenever tunix saves train step ``n`` the engine state
-is written as ``<directory>/<n>.pkl`` (a pickle of ``{"step": n, "engine": state}``, written
-atomically); ``restore_engine_state`` puts back the state of the step tunix restored. Step
-``n`` means ``n`` updates done: the state then holds what the rollouts before update ``n``
-left.
+is written as ``<directory>/<n>.npz`` (a ``state_file``: JSON plus arrays, written atomically,
+read without running anything it holds); ``restore_engine_state`` puts back the state of the
+step tunix restored, its optimizer state in the live engine's own structure. Step ``n`` means
+``n`` updates done: the state then holds what the rollouts before update ``n`` left.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import re
 from typing import Any, Callable
 
-STATE_FILE = re.compile(r"(\d+)\.pkl")
+from dominotree_jax.rollout.state_file import StateFileError, read_state_file, write_state_file
+
+STATE_FILE = re.compile(r"(\d+)\.npz")
+KIND = "engine"   # the ``meta["kind"]`` of an engine state file
 
 
 def engine_state_path(directory: str, step: int) -> str:
-    """Where the engine state of train step ``step`` is kept: ``<directory>/<step>.pkl``."""
-    return os.path.join(directory, f"{int(step)}.pkl")
+    """Where the engine state of train step ``step`` is kept: ``<directory>/<step>.npz``."""
+    return os.path.join(directory, f"{int(step)}.npz")
 
 
 def saved_engine_steps(directory: str) -> list[int]:
@@ -34,33 +36,38 @@ def saved_engine_steps(directory: str) -> list[int]:
 
 
 def write_engine_state(directory: str, step: int, engine) -> str:
-    """Pickle ``{"step": step, "engine": engine.checkpoint_state()}`` to
+    """Write ``engine.checkpoint_state()`` for train step ``step`` to
     ``engine_state_path(directory, step)`` atomically (a ``.tmp`` file, then a rename: a crash
-    leaves the old file or the new one, never half of one); returns the path."""
+    leaves the old file or the new one, never half of one); returns the path. A state holding
+    something a state file cannot hold (a function, an unknown class) is refused, naming it."""
     os.makedirs(directory, exist_ok=True)
-    state = {"step": int(step), "engine": engine.checkpoint_state()}
-    path = engine_state_path(directory, step)
-    with open(path + ".tmp", "wb") as f:
-        pickle.dump(state, f)
-    os.replace(path + ".tmp", path)
-    return path
+    return write_state_file(engine_state_path(directory, step), engine.checkpoint_state(),
+                            {"kind": KIND, "step": int(step)})
 
 
-def read_engine_state(directory: str, step: int) -> dict:
-    """The ``checkpoint_state()`` dict saved for train step ``step`` in ``directory``."""
+def read_engine_state(directory: str, step: int, like: Any = None) -> dict:
+    """The ``checkpoint_state()`` dict saved for train step ``step`` in ``directory``.
+    ``like``: the live engine's ``checkpoint_state()``, whose structure its pytrees (the
+    refresher's optimizer state) are restored into; without it a state holding one is refused.
+    A file that is not an engine state of that step is refused (``StateFileError``)."""
     path = engine_state_path(directory, step)
     if not os.path.exists(path):
+        old = os.path.join(directory, f"{int(step)}.pkl")
+        if os.path.exists(old):
+            raise StateFileError(f"{old} is an engine state of an older version (a .pkl file, "
+                                 "which runs code when opened): it is not read; resume from a "
+                                 "step saved since, or start afresh")
         have = saved_engine_steps(directory)
         raise FileNotFoundError(f"the engine state of train step {step} ({path}) is missing "
                                 f"(steps saved in {directory}: {have or 'none'})")
-    with open(path, "rb") as f:
-        saved = pickle.load(f)
-    if not isinstance(saved, dict) or set(saved) != {"step", "engine"}:
-        raise ValueError(f"{path} is not an engine state file (a dict with 'step' and "
-                         "'engine')")
-    if saved["step"] != step:
-        raise ValueError(f"{path} holds the engine state of step {saved['step']}, not {step}")
-    return saved["engine"]
+    meta, state = read_state_file(path, like)
+    if meta.get("kind") != KIND or not isinstance(state, dict):
+        raise StateFileError(f"{path} is not an engine state file (kind {meta.get('kind')!r}, "
+                             f"holding a {type(state).__name__})")
+    if meta.get("step") != step:
+        raise StateFileError(f"{path} holds the engine state of step {meta.get('step')}, "
+                             f"not {step}")
+    return state
 
 
 class EngineCheckpoints:
@@ -69,7 +76,7 @@ class EngineCheckpoints:
     ``save(step, ...)`` calls the wrapped manager's; when that saved (returns True) it calls
     ``before_engine_save(step)`` (if given: raise there to stop a run whose own bookkeeping
     disagrees with tunix's step), writes ``engine().checkpoint_state()`` as
-    ``<directory>/<step>.pkl`` and deletes all but the newest ``keep + 1`` state files (orbax
+    ``<directory>/<step>.npz`` and deletes all but the newest ``keep + 1`` state files (orbax
     keeps ``keep`` checkpoints and may still be writing the newest). Every other attribute is
     the wrapped manager's.
 
@@ -110,7 +117,7 @@ class EngineCheckpoints:
         return saved
 
     def __getattr__(self, name):
-        if name == "inner":   # (not set yet: during unpickling / before __init__)
+        if name == "inner":   # (not set yet: during a copy / before __init__)
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -141,7 +148,7 @@ def restore_engine_state(cluster, directory: str, step: int | None = None, *,
     if step == 0:
         return 0
     try:
-        state = read_engine_state(directory, step)
+        state = read_engine_state(directory, step, like=cluster.rollout.checkpoint_state())
     except FileNotFoundError as e:
         raise FileNotFoundError(f"tunix restored train step {step}, but {e}") from None
     cluster.rollout.restore_checkpoint_state(state)

@@ -1,14 +1,15 @@
 """The rollout engine's two jitted programs and what they compile for.
 
-``RolloutPrograms.decode``: ``decode`` over a prompt batch, compiled once per ``(DecodeConfig,
-batch, width)`` (``decode_config_for`` maps tunix's ``RolloutConfig`` to the ``DecodeConfig``); the
-parameters are arguments, so new parameter values never recompile. ``traces`` lists the config
-of each compilation; the drafter's draft head it reads (``decode.draft_head``) is made once per
-config and parameter values, not in every call (``RolloutPrograms.head_for``).
-``RolloutPrograms.per_token_logps``: the teacher-forced completion log-probs
-tunix's trainer computes (``masked_forward.completion_logprobs``), compiled once per shapes,
-pad id and temperature (``logp_traces``). Rows go on the data axis of the parameters' mesh
-(``placement.BatchPlacement``).
+``RolloutPrograms.decode``: ``decode`` over a prompt batch, compiled once per
+``(DecodeConfig.program, batch, width)`` (``decode_config_for`` maps tunix's ``RolloutConfig``
+to the ``DecodeConfig``); the parameters and the sampling values (temperature, top-k, top-p)
+are arguments, so new values never recompile. ``traces`` lists the config of each
+compilation; the drafter's draft head it reads (``decode.draft_head``) is made once per config
+and parameter values, not in every call (``RolloutPrograms.head_for``).
+``RolloutPrograms.per_token_logps``: the teacher-forced completion log-probs tunix's trainer
+computes (``masked_forward.completion_logprobs``), compiled once per shapes and pad id
+(``logp_traces``; the temperature is an argument). Rows go on the data axis of the
+parameters' mesh (``placement.BatchPlacement``).
 """
 
 from __future__ import annotations
@@ -64,15 +65,15 @@ class RolloutPrograms:
         self.logp_traces: list[tuple] = []
 
         def run(params, head_CH, prompt_BT, lengths_B, prompt_rows, key, auto_state,
-                row_stops_Be, *, config):
+                row_stops_Be, sampling, *, config):
             self.traces.append(config)   # Python side effect: once per compilation
             if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):   # key data (uint32)
                 key = jax.random.wrap_key_data(key)
             return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
                           auto_state=auto_state, row_stop_ids=row_stops_Be,
-                          prompt_rows=prompt_rows, draft_head=head_CH)
+                          prompt_rows=prompt_rows, draft_head=head_CH, sampling=sampling)
 
-        def logps(target_params, prompt_BT, completion_BY, pad_id, temperature):
+        def logps(target_params, prompt_BT, completion_BY, temperature, pad_id):
             self.logp_traces.append(prompt_BT.shape + completion_BY.shape)
             T = prompt_BT.shape[1]
             real_BW = real_tokens(jnp.concatenate([prompt_BT, completion_BY], axis=1), pad_id,
@@ -85,8 +86,7 @@ class RolloutPrograms:
         self._draft_head = jax.jit(draft_head, static_argnames="config",
                                    compiler_options=compiler_options)
         self._heads: dict[DecodeConfig, tuple] = {}
-        self._logps = jax.jit(logps, static_argnames=("pad_id", "temperature"),
-                              compiler_options=compiler_options)
+        self._logps = jax.jit(logps, static_argnames="pad_id", compiler_options=compiler_options)
 
     def head_for(self, params, config: DecodeConfig):
         """The draft head of ``params`` under ``config``: the one made for the last call unless
@@ -120,9 +120,13 @@ class RolloutPrograms:
             if share_prefill and not place.multi_process else None
         args = (prompt_BT, lengths_B, None) if shared is None else \
             tuple(place.put(x) for x in shared)
+        compiled = len(self.traces)
         out: DecodeOutput = self._decode(
-            params, self.head_for(params, config), *args, key, auto_state,
-            None if row_stops_Be is None else place.put(row_stops_Be), config=config)
+            params, self.head_for(params, config.program), *args, key, auto_state,
+            None if row_stops_Be is None else place.put(row_stops_Be), config.sampling,
+            config=config.program)
+        if len(self.traces) > compiled:   # compiled for this call: record the config asked
+            self.traces[-1] = config
         jax.block_until_ready(out.tokens)
         return out, prompt_BT, lengths_B
 
@@ -132,15 +136,15 @@ class RolloutPrograms:
         completions right-padded with ``pad_id``) at ``temperature``; 0 at completion padding.
         On a multi-process mesh each process hands over its rows and gets its rows back."""
         place = BatchPlacement.of(target_params)
+        temperature = np.float32(1.0 if temperature == 0 else temperature)   # 0 reads as 1
         if place.multi_process:
             prompt, completion = (place.put(np.asarray(x, np.int32))
                                   for x in (prompt_tokens, completion_tokens))
             return jnp.asarray(place.local(self._logps(
-                target_params, prompt, completion, pad_id=pad_id, temperature=temperature)))
+                target_params, prompt, completion, temperature, pad_id=pad_id)))
         prompt, completion = without_explicit_axes(
             (jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(completion_tokens, jnp.int32)))
-        return self._logps(target_params, prompt, completion, pad_id=pad_id,
-                           temperature=temperature)
+        return self._logps(target_params, prompt, completion, temperature, pad_id=pad_id)
 
 
 def _draft_vocab(drafter_state):

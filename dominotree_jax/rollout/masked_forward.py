@@ -63,7 +63,7 @@ def completion_logprobs(target_params, tcfg: TargetConfig, prompt_BT, completion
     last_real_BW = jax.lax.cummax(jnp.where(valid_BW, jnp.arange(W)[None], 0), axis=1)
     pred_BY = last_real_BW[:, T - 1:W - 1]
     logits_BYV = target.logits(gather_rows(out.hidden, pred_BY))
-    if temperature not in (0.0, 1.0):
+    if isinstance(temperature, jax.Array) or temperature not in (0.0, 1.0):   # traced: > 0
         logits_BYV = logits_BYV / temperature
     logp_BYV = jax.nn.log_softmax(logits_BYV, axis=-1)
     logp_BY = jnp.take_along_axis(logp_BYV, completion_BY[..., None].astype(jnp.int32), 2)[..., 0]

@@ -50,11 +50,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from dominotree_jax.rollout.backoff import ProbeBackoff, moving_average
+
 CREDIT_STEPS = 2   # the budget's credit holds at most this many steps' time
 
 @dataclasses.dataclass
-class RefreshSchedule:
-    """The schedule's settings and its state (module docstring); a plain, picklable value."""
+class RefreshSchedule(ProbeBackoff):
+    """The schedule's settings and its state (module docstring); a plain value. ``gap``: calls
+    from one step to the next; ``waited``: calls since the last step."""
     every: bool = False       # a step after every call, whatever the chain τ does
     rise: float = 1.0         # the average above rise x ``best`` counts as learning
     fall: float = 1.15        # its loss below ``best`` that counts as falling behind
@@ -62,8 +65,6 @@ class RefreshSchedule:
     ema_weight: float = 0.25  # the newest chain τ's weight in the moving average
     ema: float | None = None  # the moving average of chain τ (None before the first step)
     best: float | None = None
-    gap: int = 1              # calls from one step to the next
-    wait: int = 0             # calls until the next step
     invest_share: float | None = 0.03   # the time budget's least share (None: no budget)
     credit: float = 0.0       # seconds of refresh the budget allows now
     step_seconds: float = 0.0  # the last step's time (0 before the first)
@@ -96,8 +97,9 @@ class RefreshSchedule:
         """Whether the call that just ended takes a refresh step (call once per call, after
         ``earn``): the schedule calls for one and the budget's credit covers it."""
         if not self.every:
-            self.wait -= 1
-            if self.wait > 0:
+            due = self.probe_due()
+            self.skipped()   # (until ``record``: a step taken starts the count afresh)
+            if not due:
                 return False
         return self.invest_share is None or self.credit >= self.step_seconds
 
@@ -126,15 +128,14 @@ class RefreshSchedule:
     def record(self, chain_tau: float) -> str:
         """A step was taken and measured ``chain_tau`` before it: the next gap. Returns what
         the average did: ``"rising"``, ``"fallen"`` or ``"flat"``."""
-        w = self.ema_weight
-        self.ema = chain_tau if self.ema is None else (1 - w) * self.ema + w * chain_tau
+        self.ema = moving_average(self.ema, chain_tau, self.ema_weight)
         if self.best is None or self.ema > self.rise * self.best:
-            self.best, self.gap, trend = self.ema, 1, "rising"
+            self.best, trend = self.ema, "rising"
         elif self.ema * self.fall <= self.best:
-            self.best, self.gap, trend = self.ema, 1, "fallen"
+            self.best, trend = self.ema, "fallen"
         else:
-            self.gap, trend = min(2 * self.gap, self.max_gap), "flat"
-        self.wait = self.gap
+            trend = "flat"
+        self.probed(trend != "flat", self.max_gap)
         return trend
 
     def checkpoint_state(self) -> dict:
@@ -142,4 +143,7 @@ class RefreshSchedule:
 
     @classmethod
     def from_checkpoint(cls, state: dict) -> "RefreshSchedule":
+        state = dict(state)
+        if "wait" in state:   # saved before ``waited``: it counted down the calls to the step
+            state["waited"] = state["gap"] - state.pop("wait")
         return cls(**state)

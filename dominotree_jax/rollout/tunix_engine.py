@@ -17,15 +17,22 @@ completion never holds one).
 Drafter refresh (opt-in, ``drafter_refresh=``): after a ``generate`` call (so per micro-batch
 RLCluster rolls out) one ``DrafterRefresher`` step on that rollout's features (by default
 after every call; ``schedule="adaptive"``: when the ``RefreshSchedule`` says one is due, after
-every call while the drafter's chain τ rises or falls, less often while it is flat; either
-within the schedule's time budget: ~3 % of the rollout time while drafting saves nothing, half
-of what it saves where it does), the new drafter used from the next call on; ``refresh_log``
-holds each step's metrics, wall time and memory, ``refreshed`` the last call's (None when it
-took none), ``tunix_metrics`` hands them (and τ) to tunix's metrics logger.
+every call while the drafter's chain τ rises or falls, less often while it is flat; with a
+``clock``, either within the schedule's time budget: ~3 % of the rollout time while drafting
+saves nothing, half of what it saves where it does), the new drafter used from the next call
+on; ``refresh_log`` holds each step's metrics, time and memory, ``refreshed`` the last call's
+(None when it took none), ``tunix_metrics`` hands them (and τ) to tunix's metrics logger.
 
 ``budget="auto"`` calls whose carried state would not draft run as plain calls (``ar``, or
 ``lookup`` with ``lookup=K``; ``auto_probe``), so a policy that does not draft costs what
 ``ar`` does.
+
+The clock (``clock=``, off by default): without one, which program a call runs and when the
+refresh steps follow the cost table and the measured chain τ alone, so two runs with the same
+seeds make the same rollouts. With one (``time.perf_counter``) the engine times its calls and
+steps: ``auto_probe.CallRates`` holds drafting back while its calls run slower than ``ar``'s,
+and the refresh's time budget applies (``refresh_schedule``); choices then follow wall time
+(every sample is still the target's). Tests pass a fake clock to drive each branch.
 
 Parameters are arguments of one jitted program per ``(DecodeConfig, batch, width)``, so
 ``update_params`` changes the next rollout without compiling anything (``num_compilations``).
@@ -57,7 +64,7 @@ and ``engine_batches`` (tunix prompts into padded batches, decoded rows into ``R
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -89,7 +96,7 @@ class DominoTreeRollout(BaseRollout):
                  budget: int = 16, node_topk: int = 8, top_m: int = 0, seed: int = 0,
                  return_features: bool = False, prompt_pads: str | None = None,
                  drafter_refresh: bool | dict | None = None, share_prefill: bool = True,
-                 plain_calls: bool = True, call_clock: bool = True,
+                 plain_calls: bool = True, clock: Callable[[], float] | None = None,
                  compiler_options: dict | None = None,
                  **decode_options):
         """``rollout_actor``: the target (see ``engine_params.target_of``). ``tokenizer``: HF or
@@ -118,11 +125,13 @@ class DominoTreeRollout(BaseRollout):
         not run the drafter in its first round runs as ``ar`` (or ``lookup`` with
         ``lookup=K``), its rounds counted towards the next probe (``auto_probe``'s docstring);
         False: every call runs the drafting program.
-        ``call_clock`` (with ``plain_calls``): the engine times its calls and holds the drafting
-        program back while its calls run slower than its ``ar`` calls (``auto_probe.CallRates``);
-        which program a call runs then depends on wall time, so two runs with the same seeds
-        may differ (each sample is still the target's); False: the cost table alone decides
-        (as it does on a multi-process mesh, whose processes must all run one program).
+        ``clock``: seconds now, e.g. ``time.perf_counter`` (module docstring). None (default):
+        no timed decisions, the same seeds give the same rollouts. With ``plain_calls`` the
+        engine times its calls on it and holds the drafting program back while its calls run
+        slower than its ``ar`` calls (``auto_probe.CallRates``; not on a multi-process mesh,
+        whose processes must all run one program); the refresh's time budget spends from it.
+        The reported seconds (``last.seconds``, ``refresh_log``) are read from it too
+        (``time.perf_counter`` without one).
         ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
         Other keywords: ``DecodeConfig`` fields (``auto_sizes``, ``auto_costs``,
         ``draft_window``, ...). ``precision`` (one of them): the ``Precision`` the target and
@@ -152,7 +161,13 @@ class DominoTreeRollout(BaseRollout):
         self.return_features = bool(return_features or drafter_refresh)
         self.share_prefill = bool(share_prefill)
         self.plain_calls = bool(plain_calls)
-        self.call_clock = bool(call_clock)
+        if "call_clock" in decode_options:
+            raise TypeError("call_clock is gone: pass clock=time.perf_counter for timed choices "
+                            "(call_clock=True), or no clock (call_clock=False)")
+        if clock is not None and not callable(clock):
+            raise TypeError(f"clock must be None or a function returning seconds (e.g. "
+                            f"time.perf_counter), got {clock!r}")
+        self.clock = clock
         # get_per_token_logps' temperature: RLCluster's TRAIN rollout config, as its trainer's
         self._logp_temperature = (None if rollout_config is None
                                   else float(rollout_config.temperature))
@@ -197,7 +212,8 @@ class DominoTreeRollout(BaseRollout):
         key = key_of_seed(rc.seed)
         if key is None:   # a fresh key per call
             self._key, key = jax.random.split(self._key)
-        t0 = time.perf_counter()
+        seconds_now = self.clock or time.perf_counter
+        t0 = seconds_now()
         rows = place.global_rows(batch.size)
         ran = self.auto_probe.call_config(config, rows) if self.plain_calls else config
         state = self.auto_probe.start_state(ran, rows)
@@ -205,10 +221,10 @@ class DominoTreeRollout(BaseRollout):
         out, prompt_in, lengths_in = self.programs.decode(
             self._params, batch, key, state, row_stops_Be, ran, place, self.share_prefill)
         self.last = LastRollout(jnp.asarray(prompt_in), jnp.asarray(lengths_in), out,
-                                time.perf_counter() - t0, plain=ran is not config,
+                                seconds_now() - t0, plain=ran is not config,
                                 method=ran.method)
         # (not across processes: each would read its own clock, and all must run one program)
-        timed = self.plain_calls and self.call_clock and len(self.traces) == compiled \
+        timed = self.plain_calls and self.clock is not None and len(self.traces) == compiled \
             and not place.multi_process
         self.auto_probe.carry_call(
             config, ran, rows, out,
@@ -217,7 +233,8 @@ class DominoTreeRollout(BaseRollout):
             self._last_temperature = float(rc.temperature)
         self.refreshed = None
         if self.refresher is not None:
-            self.refresh_schedule.earn(self.last.seconds, self.auto_probe.gain(config, rows))
+            if self.clock is not None:   # (without a clock the time budget holds nothing back)
+                self.refresh_schedule.earn(self.last.seconds, self.auto_probe.gain(config, rows))
             if self.refresh_schedule.due():
                 self._refresh()
         return rollout_output(  # this process's rows
@@ -313,22 +330,18 @@ class DominoTreeRollout(BaseRollout):
     def num_compilations(self) -> int:
         return len(self.traces)
 
-    # the carried budget="auto" states and the refresh's chain τ at the last probe (tests read
-    # them; ``auto_probe`` holds them)
-    _auto_states = property(lambda self: self.auto_probe.states)
-    _probed_tau = property(lambda self: self.auto_probe.probed_tau,
-                           lambda self, tau: setattr(self.auto_probe, "probed_tau", tau))
-
     def _refresh(self) -> None:
         """One drafter step on the latest rollout's features; the engine decodes with the new
         drafter from the next ``generate`` on (probed per ``auto_probe.REPROBE_GAIN``)."""
         self._key, sub = jax.random.split(self._key)
-        m = self.refresher.step(self._params["target"], self.last, sub)
+        m = self.refresher.step(self._params["target"], self.last, sub,
+                                self.clock or time.perf_counter)
         trend = self.refresh_schedule.record(float(m["chain_tau_before"]))
         # probed on the moving average: one call's chain τ is too noisy (~15 %) to call a gain
         probe = self.auto_probe.refresh_probes(self.refresh_schedule.ema)
         self.update_drafter_params(self.refresher.state, probe=probe)
-        self.refresh_schedule.spend(m["seconds"])
+        if self.clock is not None:
+            self.refresh_schedule.spend(m["seconds"])
         self.refreshed = {**m, "step": self.refresher.num_steps, "trend": trend,
                           "next_gap": self.refresh_schedule.gap,
                           "batch": int(self.last.out.tokens.shape[0])}

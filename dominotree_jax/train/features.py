@@ -103,7 +103,7 @@ class FeatureCache:
             rows = [shard["tokens"][shard["offsets"][r]:shard["offsets"][r + 1]]
                     for r in range(len(shard["lengths"]))]
             feats = sequence_features(self.tcfg, self.tparams, rows, self.taps, self.batch)
-            tmp = path + ".tmp.npy"
+            tmp = f"{path}.{os.getpid()}.tmp.npy"   # (processes of one run share the cache)
             np.save(tmp, np.concatenate(feats, 0))
             os.replace(tmp, path)
             if self.log:

@@ -13,7 +13,7 @@ import json
 import os
 import time
 
-from dominotree_jax.train.trainer import RENAMED_SETTINGS, TrainConfig
+from dominotree_jax.train.trainer import RENAMED_SETTINGS, TrainConfig, writes_logs
 
 USAGE = """Train a Domino drafter for the default target from the data kept in the repository.
 
@@ -127,8 +127,8 @@ class RunSettings:
             settings = dataclasses.replace(
                 settings, shards=len(ShardStore(settings.data).entries("answers")))
         os.makedirs(out, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(settings.to_json(), f, indent=1)
+        if writes_logs():   # (the other processes of a run resolve the same settings)
+            _write_atomically(path, json.dumps(settings.to_json(), indent=1).encode())
         return settings
 
     # ------------------------------------------------------------------ what they build
@@ -182,10 +182,37 @@ def load_target(path: str | None = None):
 
 
 def log(out, msg):
+    """``msg`` printed and appended to ``<out>/log.txt``, by process 0 only (one log per run)."""
+    if not writes_logs():
+        return
     line = f"[{time.strftime('%H:%M:%S', time.gmtime())}] {msg}"
     print(line, flush=True)
     with open(os.path.join(out, "log.txt"), "a") as f:
         f.write(line + "\n")
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """``data`` written beside ``path``, then renamed to it: another process never reads half."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _fixed_vocab(path: str, make):
+    """The id array of ``path``, made by ``make()`` and saved (by process 0) at the run's first
+    call, so a resumed run stays exact."""
+    import io
+
+    import numpy as np
+    if os.path.exists(path):
+        return np.load(path)
+    ids = np.asarray(make())
+    if writes_logs():
+        npy = io.BytesIO()
+        np.save(npy, ids)
+        _write_atomically(path, npy.getvalue())
+    return ids
 
 
 def cached_dataset(settings: RunSettings, target, dcfg, out: str,
@@ -203,8 +230,6 @@ def make_trainer(settings: RunSettings, target, *, out: str, features: str = "ru
                  model_axis: int = 1):
     """``(Trainer, held-out sequence ids)`` of the run in ``out`` at its newest checkpoint,
     with the settings its first call fixed (``RunSettings.resolve``)."""
-    import numpy as np
-
     from dominotree_jax.train.dataset import active_vocab
     from dominotree_jax.train.trainer import Trainer
     s = settings.resolve(out)
@@ -212,17 +237,12 @@ def make_trainer(settings: RunSettings, target, *, out: str, features: str = "ru
     ds = cached_dataset(s, target, dcfg, out, features)
     vocab = None
     if s.draft_vocab:
-        path = os.path.join(out, "d2t.npy")
-        if not os.path.exists(path):  # fixed at the first training run: resume stays exact
-            from dominotree_jax.train.draft_vocab import frequent_answer_tokens
-            np.save(path, frequent_answer_tokens(ds, ds.split(s.heldout_pct)[0],
-                                                 s.draft_vocab, target.config.vocab_size))
-        vocab = np.load(path)
+        from dominotree_jax.train.draft_vocab import frequent_answer_tokens
+        vocab = _fixed_vocab(os.path.join(out, "d2t.npy"), lambda: frequent_answer_tokens(
+            ds, ds.split(s.heldout_pct)[0], s.draft_vocab, target.config.vocab_size))
     elif s.train_vocab:
-        path = os.path.join(out, "train_vocab.npy")
-        if not os.path.exists(path):  # fixed at the first training run: resume stays exact
-            np.save(path, active_vocab(ds, target.config.vocab_size, first=s.train_vocab))
-        vocab = np.load(path)
+        vocab = _fixed_vocab(os.path.join(out, "train_vocab.npy"), lambda: active_vocab(
+            ds, target.config.vocab_size, first=s.train_vocab))
     train_ids, held_ids = ds.split(s.heldout_pct)
     p_tr, a_tr = ds.num_tokens(train_ids)
     log(out, f"{len(ds)} sequences from shards {s.shard_from}..{s.shards - 1}: "
@@ -429,7 +449,37 @@ def parse_args(argv=None):
     p.add_argument("--export-dir", default=None)
     p.add_argument("--eval-seqs", type=int, default=64, help="held-out sequences to evaluate")
     p.add_argument("--eval-anchors", type=int, default=32, help="blocks per held-out sequence")
+    many = p.add_argument_group("many processes (jax.distributed; docs/training.md)")
+    many.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                      help="join a multi-process run whose process 0 listens at HOST:PORT "
+                      "(every process gives the same); 'auto': jax.distributed finds it "
+                      "(Cloud TPU, SLURM, ...)")
+    many.add_argument("--num-processes", type=int, default=None, metavar="N")
+    many.add_argument("--process-id", type=int, default=None, metavar="I",
+                      help="this process's index, 0 .. N-1 (process 0 writes the logs)")
     return p.parse_args(argv)
+
+
+def join_processes(coordinator: str | None, num_processes: int | None,
+                   process_id: int | None) -> None:
+    """``jax.distributed.initialize`` for ``--coordinator`` (nothing without it): every
+    process then sees the devices of all, the mesh spans them, each process reads its own rows
+    of every batch. CPU processes run their collectives over gloo."""
+    if coordinator is None:
+        if num_processes is not None or process_id is not None:
+            raise SystemExit("--num-processes and --process-id join a run: give --coordinator "
+                             "HOST:PORT too")
+        return
+    import jax
+    if coordinator == "auto":
+        jax.distributed.initialize()
+        return
+    if num_processes is None or process_id is None or not 0 <= process_id < num_processes:
+        raise SystemExit(f"--coordinator needs --num-processes N and --process-id I with "
+                         f"0 <= I < N, got N={num_processes}, I={process_id}")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
+                               process_id=process_id)
 
 
 def main(argv=None):
@@ -438,6 +488,11 @@ def main(argv=None):
         settings = RunSettings.from_args(args)
     except ValueError as e:
         raise SystemExit(f"python -m dominotree_jax.train: {e}") from None
+    join_processes(args.coordinator, args.num_processes, args.process_id)
+    import jax
+    if jax.process_count() > 1 and (args.stage in ("export", "all") or args.keep_best):
+        raise SystemExit("exports (--stage export / all, --keep-best) write one directory: run "
+                         "them in one process, after a multi-process --stage train")
     target = load_target(args.target)
     os.makedirs(args.out, exist_ok=True)
     if args.stage == "features":

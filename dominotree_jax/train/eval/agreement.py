@@ -61,7 +61,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.eval agreement",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default="data/smollm2")
+    p.add_argument("--data", required=True, help="data directory (manifest + shards)")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2 GGUF)")
     add_precision_argument(p, pairs=False, help="the precision of the teacher-forced target")
     p.add_argument("--shard-from", type=int, default=0, help="first answer shard (index)")

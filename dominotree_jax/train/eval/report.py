@@ -30,7 +30,10 @@ def _smooth(x, k=25):
 
 def _pyplot():
     """matplotlib's pyplot on the file-only Agg backend (imported only when plotting)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("plots need matplotlib: pip install 'dominotree-jax[lab]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt

@@ -140,7 +140,7 @@ def main(argv=None):
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--drafter", default="shipped")
-    p.add_argument("--data", default="data/smollm2")
+    p.add_argument("--data", required=True, help="data directory (manifest + shards)")
     p.add_argument("--features", default="runs/features")
     p.add_argument("--shards", type=int, default=6)
     p.add_argument("--seqs", type=int, default=16, help="held-out sequences")

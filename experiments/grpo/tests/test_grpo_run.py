@@ -1,6 +1,6 @@
-"""The GRPO arm runner's bookkeeping (``rollout.grpo_run``), without tunix: the per-step CSV row
+"""The GRPO arm runner's bookkeeping (``grpo_run``), without tunix: the per-step CSV row
 from the engine's rollout calls, the rows kept on resume, when an arm is complete, the pinned
-settings. The runs themselves: tests/test_rl_example.py."""
+settings. The runs themselves: test_grpo_example.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from dominotree_jax.rollout import grpo_run
-from dominotree_jax.rollout.grpo_report import read_arm_csv
+from experiments.grpo import grpo_run
+from experiments.grpo.grpo_report import read_arm_csv
 
 SETTINGS = grpo_run.ArmSettings(model="tiny", steps=3, prompts=2, group=2, max_new=6,
                                 temperature=0.9, lr=3e-5, beta=0.04, seed=0,

@@ -1,6 +1,6 @@
 """What the GRPO arm machinery (``grpo_run``, ``grpo_speed``) needs of a task: the models, the
 tokenizer, how prompts are cut and completions stopped, and each arm's engine settings
-(``examples/grpo_smollm2.py``'s ``Task`` is one)."""
+(``experiments/grpo/grpo_smollm2.py``'s ``Task`` is one)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""Prompt sources for drafter training data: packaged corpora and templates.
+"""The SmolLM2 drafter's prompt recipes: packaged corpora and templates (v3 and v4 mixes).
 
 Corpora are files inside the ``evals`` wheel, read as files (the package is never imported):
 OpenWebText and Wikipedia passages (``schelling_point``) turned into summarise / continue /
 explain requests, and maths word problems. Templates make arithmetic and algebra questions,
 small coding tasks and general chat / writing requests. Prompts the target writes itself are
-in ``self_prompts``. Every prompt passes ``overlap.BenchmarkFilter`` before it is used; nothing
-is read from the benchmark packages here.
+in ``dominotree_jax.train.data.self_prompts``. Every prompt passes ``overlap.BenchmarkFilter``
+before it is used; nothing is read from the benchmark packages here.
 
 A prompt is a dict ``{"source": str, "kind": "code"|"math"|"chat"|"passage", "text": str}``.
 """

@@ -3,7 +3,7 @@
 vs ``budget="auto"`` with the engine's drafter refresh (``auto+refresh``).
 
 This file holds what you adapt: the task (prompts, reward, models and tokenizer), the arms and
-the settings. The machinery is in the library: ``dominotree_jax.rollout.grpo_run`` (one GRPO
+the settings. The machinery is beside it: ``experiments.grpo.grpo_run`` (one GRPO
 arm after another: a CSV row per step, step-level resume from tunix's checkpoints plus the
 engine state), ``grpo_speed`` (arms' rollout speed side by side) and ``grpo_report``.
 
@@ -23,11 +23,11 @@ skips complete arms and continues an interrupted one (killed, crashed, or stoppe
 ``--stop-after K``) from its last checkpoint; other settings into the same ``--out`` are
 refused.
 
-    python examples/grpo_smollm2.py --out benchmarks/results/rl --steps 60   # all arms
-    python examples/grpo_smollm2.py --out DIR --arms ar,auto                 # a subset
-    python examples/grpo_smollm2.py --report benchmarks/results/rl           # plot + table
-    python examples/grpo_smollm2.py --speed DIR [--policy NAME=FILE.npz]     # ar vs auto
-    python examples/grpo_smollm2.py --out DIR --arms auto+refresh --beside-ar # ar timed beside
+    python -m experiments.grpo.grpo_smollm2 --out DIR --steps 60     # all arms
+    python -m experiments.grpo.grpo_smollm2 --out DIR --arms ar,auto # a subset
+    python -m experiments.grpo.grpo_smollm2 --report DIR             # plot + table
+    python -m experiments.grpo.grpo_smollm2 --speed DIR [--policy NAME=FILE.npz]  # ar vs auto
+    python -m experiments.grpo.grpo_smollm2 --out DIR --arms auto+refresh --beside-ar
 
 ``--speed`` times ``ar`` and ``auto`` rollouts of the same prompts with the same policy weights
 (the initial ones, then each policy saved by ``--save-dir``) in one process, alternating, for a
@@ -36,7 +36,7 @@ load-free tokens/s comparison (run it with nothing else on the machine). Any arm
 ar,ar@bfloat16``) rolls out from a bf16 copy of the policy and drafter while the trainer and the
 drafter refresh keep float32 (its ``ar`` beside it in bf16 too), ``auto`` on the bf16 calibrated
 costs.
-``--model tiny`` runs everything on a tiny random model (``tests/test_rl_example.py``).
+``--model tiny`` runs everything on a tiny random model (``tests/test_grpo_example.py``).
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ import re
 
 import numpy as np
 
-from dominotree_jax.rollout.grpo_report import write_report
-from dominotree_jax.rollout.grpo_run import ArmSettings, run_arms
+from experiments.grpo.grpo_report import write_report
+from experiments.grpo.grpo_run import ArmSettings, run_arms
 from dominotree_jax.decoding.costs import load_calibrated_costs
-from dominotree_jax.rollout.grpo_speed import PRECISION_MARK, arm_precision, compare_rollout_speed
+from experiments.grpo.grpo_speed import PRECISION_MARK, arm_precision, compare_rollout_speed
 
 ARMS = ("ar", "auto", "auto+refresh", "auto+lookup", "auto+refresh+lookup")
 TRAIN_ARMS = ARMS[:3]   # the arms a plain run trains (the +lookup ones: --arms)
@@ -159,7 +159,7 @@ class CharTokenizer:
 class Task:
     """Target config/params, drafter, tokenizer, stop ids, prompt formatting and auto costs for
     ``smollm2`` (the shipped pair) or ``tiny`` (random 2-layer models, character tokenizer):
-    a ``dominotree_jax.rollout.grpo_task.ArmTask``."""
+    a ``experiments.grpo.grpo_task.ArmTask``."""
 
     def __init__(self, kind: str):
         if kind == "smollm2":
@@ -283,9 +283,10 @@ if __name__ == "__main__":
                     help="the refresh's least share of the rollout time (its time budget; "
                          "half of what drafting saves where it does), or 'none': steps as the "
                          "schedule says (rollout/refresh_schedule.py)")
-    ap.add_argument("--no-call-clock", dest="call_clock", action="store_false",
-                    help="auto decides from its cost table alone, not also from its calls' "
-                         "measured speed (rollout/auto_probe.py; reruns then choose alike)")
+    ap.add_argument("--call-clock", action="store_true",
+                    help="auto also decides from its calls' measured speed (the engine's "
+                         "clock; rollout/auto_probe.py); off: the cost table alone, and reruns "
+                         "with the same seeds make the same rollouts")
     ap.add_argument("--out", default="benchmarks/results/rl")
     ap.add_argument("--save-dir", default=None, help="save each arm's final policy here")
     ap.add_argument("--ckpt-every", type=int, default=2,

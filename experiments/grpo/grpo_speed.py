@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dominotree_jax.precision import PRECISIONS
-from dominotree_jax.rollout.grpo_task import ArmTask, sampling_config
+from experiments.grpo.grpo_task import ArmTask, sampling_config
 from dominotree_jax.rollout.tunix_engine import DominoTreeRollout
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
 

@@ -2,7 +2,7 @@
 
 A float32 drafter and its AdamW moments take 12 bytes a parameter (~130 MB for the SmolLM2
 drafter with a 16k draft vocabulary). Committed each window they would swamp the repository, so
-a campaign (``train/campaign.py``) commits this form instead, ~3.5 bytes a parameter:
+a campaign (``campaign.py``) commits this form instead, ~3.5 bytes a parameter:
 
 - **parameters** in bfloat16 (round to nearest);
 - **first moment** ``mu``: int8, one float32 absmax scale per block of ``BLOCK`` values;
@@ -12,7 +12,7 @@ a campaign (``train/campaign.py``) commits this form instead, ~3.5 bytes a param
 Everything else in the optimizer state (step counters) is kept exactly. ``compress`` and
 ``restore`` are pure functions of the state, so ``restore(compress(s))`` is what a resumed run
 continues from, and an unbroken run that applies ``roundtrip`` at the same step computes the
-same parameters bit for bit (tests/test_campaign.py). With AdamW's short memories
+same parameters bit for bit (tests/test_campaign.py here). With AdamW's short memories
 (``b1 = 0.9``, ``b2 = 0.95``: ~10 and ~20 steps) the moments' rounding fades within a few dozen
 steps; the ablation in benchmarks/results/drafter_v5/ measures what it costs the curve.
 """

@@ -1,4 +1,4 @@
-"""The GRPO comparison report (``rollout.grpo_report``) from hand-written arm and speed CSVs:
+"""The GRPO comparison report (``grpo_report``) from hand-written arm and speed CSVs:
 the table's figures, the skipped arms, the plot and ``table.md``."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import csv
 import numpy as np
 import pytest
 
-from dominotree_jax.rollout.grpo_report import moving_mean, read_arm_csv, write_report
-from dominotree_jax.rollout.grpo_run import ARM_CSV_FIELDS
+from experiments.grpo.grpo_report import moving_mean, read_arm_csv, write_report
+from experiments.grpo.grpo_run import ARM_CSV_FIELDS
 
 
 def _arm_csv(path, arm, n, refresh):

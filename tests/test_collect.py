@@ -1,32 +1,35 @@
-"""v4 data collection on a tiny random target: the v4 prompt mix, a share of sampled batches,
-stored top-k logits, multi-turn follow-ups on the target's own answers, resumable and with a
-backward-compatible manifest."""
+"""Data collection on a tiny random target with a prompt pool passed in: a share of sampled
+batches, stored top-k logits, multi-turn follow-ups on the target's own answers, several pool
+seeds, prompts read from a file, resumable and with a backward-compatible manifest. (The SmolLM2
+prompt recipes: experiments/smollm2_campaign/tests.)"""
 
 from __future__ import annotations
 
-import collections
 import json
 import os
+import random
 
 import numpy as np
+import pytest
 
 import dominotree_jax as dj
 from dominotree_jax.train.data.collect import collect, sampled_batch
 from dominotree_jax.train.data.overlap import BenchmarkFilter
-from dominotree_jax.train.data.prompts import build_prompts_v4
 from dominotree_jax.train.data.shards import ShardStore
 from test_data_pipeline import TCFG, _CharTokenizer, target  # noqa: F401 (fixture)
 
+FOLLOW_UPS = ("Can you make that shorter?", "Please add a short conclusion.")
+COLOURS = ("red", "green", "blue", "amber", "violet", "teal")
 
-def test_v4_prompt_mix_is_varied_and_deterministic():
-    p = build_prompts_v4(600, 3)
-    assert p == build_prompts_v4(600, 3)
-    kinds = collections.Counter(x["kind"] for x in p)
-    assert set(kinds) == {"code", "math", "extraction", "writing", "chat"}
-    assert min(kinds.values()) >= 40, kinds
-    assert len({x["text"] for x in p}) == len(p)
-    bench = BenchmarkFilter()
-    assert sum(not bench.ok(x["text"]) for x in p) <= len(p) // 50
+
+def toy_pool(num: int):
+    """The pool seed -> ``num`` distinct short prompts (a stand-in for a prompt recipe)."""
+    def pool(seed: int) -> list[dict]:
+        rng = random.Random(seed)
+        texts = dict.fromkeys(f"Describe a {rng.choice(COLOURS)} box holding {rng.randrange(10**6)}"
+                              f" beads." for _ in range(num))
+        return [{"source": "template:toy", "text": t} for t in texts]
+    return pool
 
 
 def test_sampled_batch_share():
@@ -35,22 +38,24 @@ def test_sampled_batch_share():
     assert sum(sampled_batch(n, 0.3) for n in range(100)) == 30
 
 
-def test_collect_v4_resumes_with_followups_sampling_and_topk(tmp_path, target):  # noqa: F811
+def test_collect_resumes_with_followups_sampling_and_topk(tmp_path, target):  # noqa: F811
     t = dj.Target(TCFG, target.params, _CharTokenizer())
     data = str(tmp_path / "data")
-    kw = dict(seed=0, num_prompts=60, batch=4, max_new=8, deadline=None, request_every=0,
-              request_share=0.0, prompt_mix="v4", store_topk=3)
+    kw = dict(seed=0, prompts=toy_pool(60), batch=4, max_new=8, deadline=None,
+              request_every=0, request_share=0.0, pool_name="toy", store_topk=3)
     first = collect(t, data, max_batches=2, sample_share=0.5, **kw)
     assert first["answer_batches"] == 2
     man = json.load(open(os.path.join(data, "manifest.json")))
     assert [s["temperature"] for s in man["shards"]] == [0.0, 0.7]
-    assert all(s["topk"] == 3 and s["prompt_mix"] == "v4" for s in man["shards"])
+    assert all(s["topk"] == 3 and s["prompt_mix"] == "toy" for s in man["shards"])
     store = ShardStore(data)
     for e in store.entries():
         shard = store.read(e)
         assert shard["topk_ids"].shape == (e["answer_tokens"], 3)
     # A second run (resumed) adds multi-turn follow-ups on the answers of the first.
-    collect(t, data, max_batches=1, followup_share=0.5, **kw)
+    with pytest.raises(ValueError, match="follow_ups"):
+        collect(t, data, max_batches=1, followup_share=0.5, **kw)
+    second = collect(t, data, max_batches=1, followup_share=0.5, follow_ups=FOLLOW_UPS, **kw)
     store = ShardStore(data)
     rows = list(store.rows())
     follow = [(tok, p) for tok, p, src in rows if src.startswith("followup:")]
@@ -60,7 +65,7 @@ def test_collect_v4_resumes_with_followups_sampling_and_topk(tmp_path, target): 
     assert int(np.sum(tok[:p] == 1)) == 4
     # Nothing was answered twice.
     keys = [tok[:p].tobytes() for tok, p, _ in rows]
-    assert len(keys) == len(set(keys)) and len(rows) == 12
+    assert len(keys) == len(set(keys)) and len(rows) == 8 + second["rows"]
     assert np.all([p > 0 for _, p, _ in rows])
 
 
@@ -68,7 +73,6 @@ def test_until_means_the_next_such_utc_time_and_rejects_bad_times():
     import datetime
     import time
 
-    import pytest
 
     from dominotree_jax.train.data.collect import deadline_from
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -88,12 +92,11 @@ def test_until_means_the_next_such_utc_time_and_rejects_bad_times():
 def test_backfilled_topk_equals_what_collect_stores(tmp_path, target):  # noqa: F811
     """``backfill_topk`` adds to shards collected without top-k the logits ``collect
     --store-topk`` stores for the same rows; the source stays as it was; resumable."""
-    import pytest
 
     from dominotree_jax.train.data.backfill_topk import backfill
     t = dj.Target(TCFG, target.params, _CharTokenizer())
-    kw = dict(seed=3, num_prompts=40, batch=4, max_new=8, deadline=None, request_every=0,
-              request_share=0.0, prompt_mix="v4", max_batches=2)
+    kw = dict(seed=3, prompts=toy_pool(40), batch=4, max_new=8, deadline=None,
+              request_every=0, request_share=0.0, max_batches=2)
     with_topk, plain, out = (str(tmp_path / d) for d in ("with_topk", "plain", "out"))
     collect(t, with_topk, store_topk=3, **kw)
     collect(t, plain, **kw)
@@ -121,16 +124,15 @@ def test_backfilled_topk_equals_what_collect_stores(tmp_path, target):  # noqa: 
 def test_several_seeds_answer_their_pools_in_order(tmp_path, target):  # noqa: F811
     """``--seed 5 6``: seed 5's pool first, then seed 6's, until both are used up; a repeated
     seed is refused."""
-    import pytest
 
     from dominotree_jax.train.data.collect import pool_items
     from dominotree_jax.train.data.generate import prompt_key
     t = dj.Target(TCFG, target.params, _CharTokenizer())
-    kw = dict(num_prompts=6, batch=4, max_new=3, deadline=None, max_batches=None,
-              request_every=0, request_share=0.0, prompt_mix="v4")
+    kw = dict(prompts=toy_pool(6), batch=4, max_new=3, deadline=None, max_batches=None,
+              request_every=0, request_share=0.0)
 
     def pool_keys(seed):
-        items, _, _ = pool_items(t.tokenizer, seed, 6, BenchmarkFilter(), set(), "v4")
+        items, _, _ = pool_items(t.tokenizer, toy_pool(6)(seed), BenchmarkFilter(), set())
         return {prompt_key(ids) for ids, _ in items}
     first, second = pool_keys(5), pool_keys(6)
     assert len(first) >= 4 and second - first
@@ -146,3 +148,14 @@ def test_several_seeds_answer_their_pools_in_order(tmp_path, target):  # noqa: F
     with pytest.raises(ValueError, match="distinct"):
         collect(t, str(tmp_path / "b"), seed=[5, 5], **kw)
 
+
+def test_prompts_from_a_file(tmp_path):
+    from dominotree_jax.train.data.collect import prompts_from_file
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"text": "Hello there"}\n\n{"text": "Sort a list", "source": "code"}\n')
+    assert prompts_from_file(str(path)) == [{"text": "Hello there", "source": "file:mine"},
+                                            {"text": "Sort a list", "source": "code"}]
+    for bad in ('{"prompt": "x"}', "plain text", '{"text": ""}'):
+        path.write_text(bad + "\n")
+        with pytest.raises(ValueError, match="mine.jsonl:1"):
+            prompts_from_file(str(path))

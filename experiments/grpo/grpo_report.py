@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from dominotree_jax.rollout.grpo_run import arm_csv_path, csv_rows
+from experiments.grpo.grpo_run import arm_csv_path, csv_rows
 
 TEXT_FIELDS = ("arm", "time_utc")   # the arm CSV's columns that are not numbers
 

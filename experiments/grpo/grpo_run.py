@@ -26,7 +26,7 @@ A results directory ``out`` holds:
   policy would not draft).
 - ``checkpoints/<arm>/``: tunix's own checkpoints (orbax: the policy and its AdamW state, every
   ``ckpt_every`` steps and at the end; the newest ``ckpt_keep`` kept) and beside them
-  ``engine/<step>.pkl``, the engine state tunix does not know about (``rollout.checkpoints``:
+  ``engine/<step>.npz``, the engine state tunix does not know about (``rollout.checkpoints``:
   PRNG key, carried ``budget="auto"`` states, a refreshed drafter and its optimizer state).
 
 Resume: a rerun restores tunix's newest checkpoint (tunix fast-forwards the batches by its
@@ -53,7 +53,7 @@ import optax
 
 from dominotree_jax.rollout.checkpoints import (attach_engine_checkpoints,
                                                 finish_checkpoint_writes, restore_engine_state)
-from dominotree_jax.rollout.grpo_task import ArmTask, sampling_config
+from experiments.grpo.grpo_task import ArmTask, sampling_config
 from dominotree_jax.rollout.tunix_engine import DominoTreeRollout
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
 
@@ -79,7 +79,8 @@ class ArmSettings:
     seed: int               # the batches' and the engine's seed
     refresh: dict           # ``drafter_refresh`` options of a refreshing arm
     rollout_prompts: int    # prompts per rollout call (x the group: the decode batch)
-    call_clock: bool = True  # the engine's ``call_clock`` (False: reruns choose alike)
+    call_clock: bool = False  # time the engine's calls (its ``clock=time.perf_counter``); off:
+                              # reruns with the same seeds make the same rollouts
 
     def __post_init__(self):
         if self.prompts % self.rollout_prompts:
@@ -299,7 +300,8 @@ def run_arm(task: ArmTask, arm: str, settings: ArmSettings, csv_path: str,
     Role = rl_cluster_lib.Role
     engine = functools.partial(
         LoggedRollout, drafter_config=task.dcfg, drafter_params=task.dparams, seed=s.seed,
-        compiler_options=task.compiler_options, beside_ar=beside_ar, call_clock=s.call_clock,
+        compiler_options=task.compiler_options, beside_ar=beside_ar,
+        clock=time.perf_counter if s.call_clock else None,
         **task.engine_options(arm, s.refresh))
     ckpt = {} if ckpt_root is None else dict(
         checkpoint_root_directory=ckpt_root,
@@ -323,7 +325,7 @@ def run_arm(task: ArmTask, arm: str, settings: ArmSettings, csv_path: str,
         rl_cluster=cluster, metric_fns=[log], reward_fns=reward_fn,
         algo_config=grpo_learner.GRPOConfig(num_generations=s.group, num_iterations=1,
                                             beta=s.beta))
-    if ckpt_root is not None:   # the engine state beside tunix's: <ckpt_root>/engine/<n>.pkl
+    if ckpt_root is not None:   # the engine state beside tunix's: <ckpt_root>/engine/<n>.npz
         edir = os.path.join(ckpt_root, "engine")
         restore_engine_state(cluster, edir, start, sync_weights=learner.should_sync_weights)
         attach_engine_checkpoints(cluster, edir, ckpt_keep,

@@ -2,7 +2,7 @@
 
 A window (a session of a few hours, on whatever host it gets) continues the run from the state
 committed at the end of the last one; nothing else survives between windows. The campaign's
-directory (committed, ``data/campaign/<name>/``) holds all of it:
+directory (committed, ``experiments/smollm2_campaign/<name>/``) holds all of it:
 
 - ``campaign.json``: the plan (``CampaignPlan``, a ``run.RunSettings``): data, drafter shape,
   recipe, total steps, data mix, evaluation;
@@ -20,8 +20,11 @@ function of ``(seed, k)`` (``dataset.batch_stream``), so a resumed run sees exac
 an unbroken one would. Within a window a local orbax checkpoint (``runs/campaign-<name>/``)
 covers crashes; at the end the state files are rewritten and must be committed.
 
-    python -m dominotree_jax.train.campaign start --dir data/campaign/v5 [settings]
-    python -m dominotree_jax.train.campaign continue --dir data/campaign/v5 --until 23:50
+    python -m experiments.smollm2_campaign.campaign start --dir DIR [settings]
+    python -m experiments.smollm2_campaign.campaign continue --dir DIR --until 23:50
+
+v5 (``experiments/smollm2_campaign/v5/``) is finished; its state files left the tree (the
+final ones, step 6800, were written by commit 415fb4a), so it keeps only its plan, curves and logs.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ STATE_PARTS = (("state_params.npz", ("p/",)), ("state_moments.npz", ("mu/", "nu/
 def save_committed(root: str, trainer) -> int:
     """Write the committed state (``STATE_PARTS`` + ``state.json``) from the trainer; returns
     the bytes of its arrays."""
-    from dominotree_jax.train import compact_state
+    from experiments.smollm2_campaign import compact_state
     arrays = compact_state.compress(trainer.flat, trainer.opt_state)
     for fname, prefixes in STATE_PARTS:
         part = {k: v for k, v in arrays.items() if k.startswith(prefixes)}
@@ -169,7 +172,7 @@ def committed_arrays(root: str, meta: dict) -> dict[str, np.ndarray]:
 
 def load_committed(root: str, trainer) -> bool:
     """Put the committed state into ``trainer`` when it is ahead of it; returns whether."""
-    from dominotree_jax.train import compact_state
+    from experiments.smollm2_campaign import compact_state
     meta_path = os.path.join(root, "state.json")
     if not os.path.exists(meta_path):
         return False
@@ -311,11 +314,11 @@ def continue_campaign(root: str, target, *, deadline: float | None = None,
 
 def parse_args(argv=None):
     import argparse
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.campaign",
+    p = argparse.ArgumentParser(prog="python -m experiments.smollm2_campaign.campaign",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=("start", "continue", "status"))
-    p.add_argument("--dir", default="data/campaign/v5", help="the campaign's (committed) home")
+    p.add_argument("--dir", required=True, help="the campaign's (committed) home")
     p.add_argument("--until", default=None, help="continue: stop at UTC HH:MM")
     p.add_argument("--steps", type=int, default=None, help="continue: at most this many steps")
     p.add_argument("--ckpt-minutes", type=float, default=10.0,

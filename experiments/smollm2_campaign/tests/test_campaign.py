@@ -2,8 +2,8 @@
 its committed state copied to a fresh directory (nothing else) and continued computes exactly
 what an unbroken run computes when that run passes its state through the same compact form at
 the same step; against a fully unbroken float32 run the difference is the compact form's
-rounding, bounded here. Also: the compact form's quantizers, the per-batch features equal the
-cached ones, the batch order is a function of the step, and the draft vocabulary's choice."""
+rounding, bounded here. Also: the compact form's quantizers and the draft vocabulary fixed at
+start. (The batch stream and per-batch features: tests/test_batch_stream.py.)"""
 
 from __future__ import annotations
 
@@ -15,12 +15,9 @@ import shutil
 import numpy as np
 import pytest
 
-from dominotree_jax.train import campaign as C
-from dominotree_jax.train import compact_state
-from dominotree_jax.train.dataset import SequenceDataset, batch_stream, epoch_order
-from dominotree_jax.train.draft_vocab import coverage, frequent_answer_tokens
-from dominotree_jax.train.features import FeatureCache, OnTheFlyFeatures
-from dominotree_jax.train.data.shards import ShardStore
+from experiments.smollm2_campaign import campaign as C
+from experiments.smollm2_campaign import compact_state
+from dominotree_jax.train.draft_vocab import frequent_answer_tokens
 from dominotree_jax.train.trainer import TrainConfig
 from train_fixtures import TCFG, tiny_target_and_answers
 
@@ -70,71 +67,12 @@ def test_quantizers_bound_their_error():
     assert np.abs(np.log(w[v > 0] / v[v > 0])).max() < 0.5 * 9.0 / 14
 
 
-def test_features_per_batch_equal_the_cached_ones(setup):
-    root, target, plan, _ = setup
-    store = ShardStore(plan.data, vocab_size=TCFG.vocab_size)
-    cached = SequenceDataset(store, FeatureCache(str(root / "f"), TCFG, target.params, plan.taps),
-                             plan.seq_len)
-    fly = SequenceDataset(store, OnTheFlyFeatures(TCFG, target.params, plan.taps), plan.seq_len)
-    ids = [0, 5, 9, 13]
-    fly.prefetch(ids)
-    for j in ids:
-        a, b = cached.get(j), fly.get(j)
-        np.testing.assert_array_equal(a[0], b[0])
-        np.testing.assert_allclose(a[1].astype(np.float32), b[1].astype(np.float32), atol=2e-2)
-    fly.prefetch([1])
-    with pytest.raises(KeyError, match="not prefetched"):
-        fly.get(0)
-
-
-def test_batch_order_is_a_function_of_the_step_with_weights():
-    ids = np.arange(10)
-    w = np.array([0.0, 0.5, 1, 1, 1, 2, 2, 3, 1, 1])
-    a = epoch_order(ids, 3, 1, w)
-    np.testing.assert_array_equal(a, epoch_order(ids, 3, 1, w))
-    assert 0 not in a and (a == 7).sum() == 3
-    with pytest.raises(ValueError, match="non-negative"):
-        epoch_order(ids, 3, 1, -w)
-
-
-def test_stream_resumes_at_any_step(setup):
-    _, target, plan, _ = setup
-    ds = C.dataset(plan, target)
-    ids, _ = ds.split(plan.heldout_pct)
-    w = C.sequence_weights(plan, ds, ids)
-    full = batch_stream(ds, ids, batch=4, anchors=4, block=4, seed=0, weights=w)
-    seq = [next(full)["tokens"] for _ in range(12)]
-    late = batch_stream(ds, ids, batch=4, anchors=4, block=4, seed=0, start_step=9, weights=w)
-    for k in range(9, 12):
-        np.testing.assert_array_equal(next(late)["tokens"], seq[k])
-
-
-def test_a_process_builds_only_its_rows_and_they_equal_the_whole_batchs(setup):
-    _, target, plan, _ = setup
-    ds = C.dataset(plan, target)
-    ids, _ = ds.split(plan.heldout_pct)
-    kw = dict(batch=4, anchors=4, block=4, seed=0, anchor_mode="sample")
-    whole = batch_stream(ds, ids, **kw)
-    part = batch_stream(ds, ids, rows=[1, 3], **kw)
-    for _ in range(3):
-        w, p = next(whole), next(part)
-        assert set(w) == set(p)
-        for k in w:
-            np.testing.assert_array_equal(p[k], w[k][[1, 3]], err_msg=k)
-    with pytest.raises(ValueError, match="increasing indices"):
-        next(batch_stream(ds, ids, rows=[3, 1], **kw))
-
-
-def test_draft_vocabulary_by_frequency(setup):
+def test_the_campaigns_draft_vocabulary_is_fixed_at_start(setup):
     _, target, plan, home = setup
     ds = C.dataset(plan, target)
-    ids, held = ds.split(plan.heldout_pct)
+    ids, _ = ds.split(plan.heldout_pct)
     d2t = np.load(os.path.join(home, "d2t.npy"))
-    assert len(d2t) == 48 and (np.diff(d2t) > 0).all()
     np.testing.assert_array_equal(d2t, frequent_answer_tokens(ds, ids, 48, TCFG.vocab_size))
-    assert coverage(ds, ids, d2t, TCFG.vocab_size) > coverage(
-        ds, ids, np.arange(48), TCFG.vocab_size)
-    assert coverage(ds, ids, np.arange(128), TCFG.vocab_size) == 1.0
     with pytest.raises(FileExistsError):
         C.start(home, plan, target)
 
@@ -209,3 +147,22 @@ def test_a_campaign_refuses_what_it_cannot_continue(setup, tmp_path):
     with pytest.raises(ValueError, match="draft vocabulary size"):
         frequent_answer_tokens(None, [], 0, 128)
     assert dataclasses.replace(plan, name="x").name == "x"
+
+
+def test_a_plan_is_a_runs_settings_and_plans_saved_with_dtype_still_load(tmp_path):
+    from dominotree_jax.precision import Precision
+    from dominotree_jax.train.run import RunSettings
+    plan = C.CampaignPlan(name="p", train=TrainConfig(steps=4))
+    assert isinstance(plan, RunSettings) and plan.draft_vocab == 16384 and plan.layers == 2
+    assert dataclasses.replace(plan, layers=1).layers == 1
+    with pytest.raises(ValueError, match="no warm_start"):
+        C.CampaignPlan(name="p", train=TrainConfig(), warm_start="shipped", draft_vocab=0)
+    plan = C.CampaignPlan(name="p", train=TrainConfig(steps=4, precision="bfloat16"))
+    saved = plan.to_json()
+    assert saved["train"]["precision"] == "bfloat16" and "dtype" not in saved["train"]
+    old = {**saved, "train": {**{k: v for k, v in saved["train"].items() if k != "precision"},
+                              "dtype": "bfloat16"}}
+    (tmp_path / "campaign.json").write_text(json.dumps(old))
+    assert C.load_plan(str(tmp_path)) == plan
+    v5 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "v5")
+    assert C.load_plan(v5).train.precision == Precision("bfloat16")   # written with "dtype"
