@@ -4,6 +4,7 @@
     python -m benchmarks GROUP                # GROUP's benchmarks, one line each
     python -m benchmarks GROUP NAME --help    # what NAME measures, and its options
     python -m benchmarks GROUP NAME [ARGS]    # runs benchmarks/GROUP/NAME.py's main(ARGS)
+    python -m benchmarks tables [--check]     # the docs' tables from results/ (tables.py)
 
 The table of entry points is ``benchmarks.common.GROUPS``.
 """
@@ -15,7 +16,8 @@ import sys
 
 from benchmarks.common import GROUPS
 
-USAGE = "usage: python -m benchmarks GROUP NAME [ARGS]   (NAME --help: what it measures)"
+USAGE = ("usage: python -m benchmarks GROUP NAME [ARGS]   (NAME --help: what it measures)\n"
+         "       python -m benchmarks tables [--check]   (the docs' tables from results/)")
 
 
 def listing(group: str | None = None) -> str:
@@ -37,6 +39,9 @@ def main(argv=None) -> int:
         print(listing())
         return 0
     group = argv[0]
+    if group == "tables":
+        from benchmarks import tables
+        return tables.main(argv[1:])
     if group not in GROUPS:
         print(f"unknown group {group!r}\n\n{listing()}", file=sys.stderr)
         return 2

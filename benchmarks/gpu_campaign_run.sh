@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The drafter campaign on a lent GPU (issue 42, item 6; benchmarks/README.md): continue
-# data/campaign/v5 from its committed state for TRAIN_MIN minutes, then hand back everything the
+# experiments/smollm2_campaign/v5 from its committed state for TRAIN_MIN minutes, then hand back everything the
 # next window needs. Run from the repository root as the last of consecutive calls on one warm
 # machine, exactly as gpu_train_run.sh: the earlier calls each carried one part of the SmolLM2
 # GGUF (benchmarks/gpu/carry.py stage) into /tmp/gguf_parts; this one carries the last part and
@@ -8,7 +8,7 @@
 #   campaign_stdout.txt  state.json  train_log.csv  heldout_curve.jsonl  windows.jsonl
 #   state/manifest.json  state/state.tar.partNN ...   (state.tar: state_params.npz, state_moments.npz)
 # Back here: python -m benchmarks gpu carry join <files_at>/state --out /tmp/state.tar, then
-# tar xf /tmp/state.tar -C data/campaign/v5 and copy the four text files there; commit.
+# tar xf /tmp/state.tar -C experiments/smollm2_campaign/v5 and copy the four text files there; commit.
 #
 #   OUT=/tmp/gpu_camp PY=.venv/bin/python TRAIN_MIN=2 STEPS=2 EVAL=0 CAMPAIGN=/tmp/copy \
 #       GGUF=<path> bash benchmarks/gpu_campaign_run.sh          # a CPU rehearsal
@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp/gpu_out}
 PY=${PY:-python3}
 PARTS=${PARTS:-/tmp/gguf_parts}
 GGUF=${GGUF:-/tmp/smollm2.gguf}
-CAMPAIGN=${CAMPAIGN:-data/campaign/v5}
+CAMPAIGN=${CAMPAIGN:-experiments/smollm2_campaign/v5}
 TRAIN_MIN=${TRAIN_MIN:-7}
 STEPS=${STEPS:-}
 EVAL=${EVAL:-0}   # the benchmark sets are evaluated back on the CPU (their packages)
@@ -34,7 +34,7 @@ echo "campaign until $DEADLINE UTC" >> "$LOG"
 ARGS=(--dir "$CAMPAIGN" --target "$GGUF" --until "$DEADLINE" --ckpt-minutes 2)
 [ -n "$STEPS" ] && ARGS+=(--steps "$STEPS")
 [ "$EVAL" = "0" ] && ARGS+=(--no-eval)
-"$PY" -m dominotree_jax.train.campaign continue "${ARGS[@]}" >> "$LOG" 2>&1
+"$PY" -m experiments.smollm2_campaign.campaign continue "${ARGS[@]}" >> "$LOG" 2>&1
 rc=$?
 echo "campaign exit code $rc" >> "$LOG"
 for f in state.json train_log.csv heldout_curve.jsonl windows.jsonl; do

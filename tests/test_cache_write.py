@@ -15,7 +15,16 @@ from jax import lax
 from dominotree_jax.model.cache import (CACHE_BITS, KVCache, storage_dtype, view_layer,
                                         write_layer)
 
-from benchmarks.step.cache_write import plain_scatter  # the write before the bits storage
+
+def plain_scatter(cache_BKSD, new_BTKD, start_B):
+    """The write before the bits storage: a scatter in the cache's own (bf16) dtype."""
+    slots_BT = start_B[:, None] + jnp.arange(new_BTKD.shape[1])[None]
+    dnums = lax.ScatterDimensionNumbers(
+        update_window_dims=(2, 3), inserted_window_dims=(2,), scatter_dims_to_operand_dims=(2,),
+        operand_batching_dims=(0,), scatter_indices_batching_dims=(0,))
+    return lax.scatter(cache_BKSD, slots_BT[..., None], new_BTKD.astype(cache_BKSD.dtype), dnums,
+                       mode=lax.GatherScatterMode.FILL_OR_DROP)
+
 
 B, K, S, D = 4, 2, 16, 8
 

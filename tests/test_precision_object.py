@@ -156,9 +156,6 @@ def test_a_bad_precision_is_an_argparse_error_naming_the_choices(kw, value, name
 def _entry_points():
     """``(name, argv -> parse or run)`` of every command line that takes a precision."""
     from benchmarks.methods import bench
-    from benchmarks.round import stages
-    from benchmarks.step import ar, hlo_step_dots, hlo_weight_converts, long_prompt, profile
-    from benchmarks.step import slot_step
     from convert.__main__ import _parser as convert_parser
     from dominotree_jax import __main__ as demo, calibrate
     from dominotree_jax.train import run
@@ -171,13 +168,7 @@ def _entry_points():
         "collect": (collect.parse_args, "--dtype"), "agreement": (agreement.main, "--dtype"),
         "acceptance": (acceptance.parse_args, "--feature-precision"),
         "convert": (lambda a: convert_parser().parse_args(["target", "s", "o"] + a), "--dtype"),
-        "methods bench": (bench.parse_args, "--dtype"),
-        "step ar": (ar.main, "--dtypes"), "step profile": (profile.main, "--dtype"),
-        "round stages": (stages.main, "--dtype"),
-        "step long_prompt": (long_prompt.main, "--dtype"),
-        "step slot_step": (slot_step.main, "--dtypes"),
-        "step hlo_step_dots": (hlo_step_dots.main, "--dtypes"),
-        "step hlo_weight_converts": (hlo_weight_converts.main, "--dtype")}
+        "methods bench": (bench.parse_args, "--dtype")}
 
 
 @pytest.mark.parametrize("name", sorted(_entry_points()))
@@ -255,7 +246,6 @@ def test_the_rollout_engine_reads_the_precision_of_its_parameters():
     half = dj.Target(tcfg, cast_params(params["target"], "bfloat16"))
     engine = DominoTreeRollout(rollout_actor=half, method="ar")
     assert engine.precision == Precision("bfloat16")
-    assert engine._settings["precision"] == Precision("bfloat16")
     with pytest.raises(PrecisionError, match="target parameters are bfloat16 but the "
                                              "rollout's precision is float32"):
         DominoTreeRollout(rollout_actor=half, method="ar", precision="float32")
@@ -286,22 +276,6 @@ def test_train_config_precision_and_its_saved_forms():
         TrainConfig(precision="int8")
     with pytest.raises(PrecisionError, match="names two precisions"):
         TrainConfig(precision="float32+bfloat16")
-
-
-def test_campaign_plans_saved_with_dtype_still_load(tmp_path):
-    from dominotree_jax.train import campaign as C
-    from dominotree_jax.train.trainer import TrainConfig
-    plan = C.CampaignPlan(name="p", train=TrainConfig(steps=4, precision="bfloat16"))
-    saved = plan.to_json()
-    assert saved["train"]["precision"] == "bfloat16" and "dtype" not in saved["train"]
-    old = {**saved, "train": {**{k: v for k, v in saved["train"].items() if k != "precision"},
-                              "dtype": "bfloat16"}}
-    (tmp_path / "campaign.json").write_text(json.dumps(old))
-    assert C.load_plan(str(tmp_path)) == plan
-    committed = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "data", "campaign", "v5")
-    if os.path.exists(C.plan_path(committed)):   # the committed plan (written with "dtype")
-        assert C.load_plan(committed).train.precision == Precision("bfloat16")
 
 
 def test_run_settings_store_the_precision_text_and_read_old_dtype_runs(tmp_path):

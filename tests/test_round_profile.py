@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks import profile_trace
 from benchmarks.gpu import round_profile
+from benchmarks.hlo_text import instruction_stages
 
 
 def test_stage_totals_sum_by_stage_per_round():
@@ -80,3 +81,16 @@ def test_prepared_profile_script(tmp_path, capsys):
     assert written == {"versions.txt", "ar_profile.md", "ar_profile_log.txt",
                        "round_profile.md", "round_profile_log.txt"}
     capsys.readouterr()
+
+
+def test_metadata_less_instructions_take_a_neighbour_stage():
+    hlo = "\n".join([
+        '  %a = f32[4]{0} parameter(0)',
+        '  %ynn_fusion.1 = f32[4]{0} fusion(%a), kind=kCustom, calls=%c.1',
+        '  %b = f32[4]{0} exponential(%ynn_fusion.1), metadata={op_name="jit(f)/stage_verify/exp"}',
+        '  %w = (f32[4]{0}) while(%t), condition=%c, body=%d',
+        '  %c = f32[4]{0} add(%b, %b), metadata={op_name="jit(f)/add"}'])
+    names = instruction_stages(hlo, ("stage_draft", "stage_verify"))
+    assert names["ynn_fusion.1"] == "verify" and names["b"] == "verify"
+    assert names["w"] is None and names["c"] == "verify"   # a container; reads b
+    assert names["a"] == "other"        # a parameter: no staged operand, its user has none

@@ -10,7 +10,7 @@
 Every drafting method runs at the fixed ``--budget`` and with ``budget="auto"`` (labelled
 ``<method>/auto``: each round picks its draft size by cost, see ``decoding/auto_size.py``; the
 report gives the histogram of the sizes chosen).
-Writes ``bench.json``, ``bench.md``, ``tau_hist.png`` and ``speedup.png`` under ``--out``.
+Writes ``bench.json`` and ``bench.md`` under ``--out``.
 The defaults are sized for a quick run on a 2-core CPU; a full run: ``--num-prompts 0``
 (every prompt) and ``--max-new-tokens 256``. Without ``--drafter``
 the shipped ``dominotree_jax/assets/smollm2-domino`` is used, or a random-init Domino drafter

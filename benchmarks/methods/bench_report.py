@@ -1,5 +1,4 @@
-"""Benchmark outputs: per-cell summary, ``bench.json``, ``bench.md``, ``tau_hist.png``,
-``speedup.png``.
+"""Benchmark outputs: per-cell summary, ``bench.json`` and ``bench.md``.
 
 A cell is (dataset, temperature, method), aggregated over its prompts; a method label is the
 method at the fixed ``--budget`` or ``<method>/auto`` (``budget="auto"``):
@@ -129,76 +128,11 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_tau_hist(result: dict, path: str) -> None:
-    """Per-round τ distribution, one panel per temperature, one bar series per method."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    recs = result["records"]
-    temps = list(dict.fromkeys(r["temperature"] for r in recs))
-    methods = [m for m in dict.fromkeys(r["method"] for r in recs) if m != "ar"] or ["ar"]
-    tau_max = max([max(r["taus"], default=1) for r in recs] + [1])
-    fig, axes = plt.subplots(1, len(temps), figsize=(5 * len(temps), 3.6), squeeze=False)
-    width = 0.8 / len(methods)
-    for ax, temp in zip(axes[0], temps):
-        for i, m in enumerate(methods):
-            taus = np.concatenate([np.asarray(r["taus"], int) for r in recs
-                                   if r["method"] == m and r["temperature"] == temp] or
-                                  [np.zeros(0, int)])
-            if taus.size == 0:
-                continue
-            counts = np.bincount(taus, minlength=tau_max + 1)[1:] / taus.size
-            ax.bar(np.arange(1, tau_max + 1) + (i - (len(methods) - 1) / 2) * width, counts,
-                   width, label=f"{m} (mean {taus.mean():.2f})")
-        ax.set_title(f"temperature {temp:g}")
-        ax.set_xlabel("τ (tokens committed per round)")
-        ax.set_ylabel("fraction of rounds")
-        ax.set_xticks(range(1, tau_max + 1))
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_speedup(result: dict, path: str, temperature: float = 0.0) -> None:
-    """Speedup over ``ar`` per dataset (groups) and method (bars) at ``temperature``."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cells = [c for c in result["cells"] if c["temperature"] == temperature]
-    if not cells:  # fall back to the lowest temperature that was run
-        t = min(c["temperature"] for c in result["cells"])
-        cells, temperature = [c for c in result["cells"] if c["temperature"] == t], t
-    datasets = list(dict.fromkeys(c["dataset"] for c in cells))
-    methods = list(dict.fromkeys(c["method"] for c in cells))
-    by = {(c["dataset"], c["method"]): c["speedup"] for c in cells}
-    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(datasets) * len(methods) / 3), 3.8))
-    width = 0.8 / len(methods)
-    x = np.arange(len(datasets))
-    for i, m in enumerate(methods):
-        vals = [by.get((d, m), np.nan) for d in datasets]
-        bars = ax.bar(x + (i - (len(methods) - 1) / 2) * width, vals, width, label=m)
-        ax.bar_label(bars, fmt="%.2f", fontsize=7)
-    ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-    ax.set_xticks(x, datasets)
-    ax.set_ylabel("speedup over ar (tokens/s)")
-    ax.set_title(f"speedup at temperature {temperature:g}, batch 1")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def write_all(result: dict, out_dir: str) -> dict[str, str]:
-    """Write ``bench.json``, ``bench.md``, ``tau_hist.png`` and ``speedup.png``; return paths."""
+    """Write ``bench.json`` and ``bench.md``; return their paths."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {name: os.path.join(out_dir, name)
-             for name in ("bench.json", "bench.md", "tau_hist.png", "speedup.png")}
+    paths = {name: os.path.join(out_dir, name) for name in ("bench.json", "bench.md")}
     write_json(result, paths["bench.json"])
     with open(paths["bench.md"], "w", encoding="utf-8") as f:
         f.write(markdown(result))
-    plot_tau_hist(result, paths["tau_hist.png"])
-    plot_speedup(result, paths["speedup.png"])
     return paths

@@ -254,6 +254,7 @@ def run_benchmark(pair, prompts: dict[str, list[list[int]]], settings: BenchSett
 
 def machine_info() -> dict:
     """Where the numbers come from: CPU, cores, load, library versions, JAX devices."""
+    import datetime
     import os
     import platform
 
@@ -268,6 +269,7 @@ def machine_info() -> dict:
             "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     info["summary"] = (f"{cpu}, {info['cpu_count']} cores, {info['backend']} "
                        f"({len(devices)} device(s)), jax {info['jax']}")
+    info["date"] = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}"
     return info
 
 

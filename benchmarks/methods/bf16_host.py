@@ -6,9 +6,10 @@ lookup on bf16 weights is the configuration to beat float32 ``ar`` with.
 
     python -m benchmarks methods bf16_host [--prompts 3] [--new 128] [--lookup 4] [--reps 2]
         [--datasets humaneval,mtbench,math500,copyedit] [--lookup-lengths 8,16] [--stop]
+        [--json benchmarks/results/lookup/bf16_host_<machine>.json]
 
 Runs, each one jitted ``decode`` compiled once, then every prompt decoded by every run in turn,
-``--reps`` times (``auto_view.run_configs``: a drift of the machine's speed falls on all runs
+``--reps`` times (``run_configs``: a drift of the machine's speed falls on all runs
 alike; batch 1, T 0, prompts right-padded to one bucket that holds the longest): float32 ``ar``
 (the reference), bf16 ``ar``, bf16 DominoTree auto, bf16 DominoTree + lookup auto, float32
 DominoTree + lookup auto, bf16 ``lookup`` at budget 16, ``lookup`` auto (no drafter: a plain
@@ -18,20 +19,75 @@ ends each answer at the tokenizer's end-of-turn ids (default: ``--new`` tokens e
 Prints tokens/s per dataset, x float32 ``ar``, tau and the plain-step share, and whether each
 run's tokens equal its reference's: float32 ``ar``'s for float32 runs (always, or it is a bug);
 bf16 ``ar``'s for bf16 runs, from which a many-row bf16 verify may part at near-ties
-(docs/precision.md). Pause other CPU work while it runs.
+(docs/precision.md). ``--json`` also writes the table's numbers with the command, machine and
+date: ``python -m benchmarks tables`` renders the README's table from that file. Pause other CPU
+work while it runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
+import os
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.methods.auto_view import run_configs
+from benchmarks.common import command_line
 from dominotree_jax.measure.timing import bf16_units, cpu_model
+
+
+def run_configs(runs: dict, prompts_by_set: dict, width: int, reps: int = 1) -> dict:
+    """``{label: {set: {tok_s, tau, plain, outs}}}`` for ``runs = {label: (pair, config)}``:
+    one jitted ``decode`` per run, compiled first, then ``reps`` passes over every prompt
+    (batch 1, right-padded to ``width``), each prompt decoded by every run in turn, in an order
+    rotated from prompt to prompt, so a drift of the machine's speed falls on every run alike.
+    ``tok_s``: tokens / seconds over all reps; ``tau``: tokens / rounds over the set;
+    ``plain``: the share of plain-step rounds; ``outs``: each prompt's tokens (first rep)."""
+    from dominotree_jax import decode
+    from dominotree_jax.decoding.auto_size import initial_state
+
+    def compiled(pair, cfg):
+        state = initial_state(cfg, 1) if cfg.is_auto else None
+        jfn = jax.jit(lambda params, x, n, st: decode(params, x, config=cfg, prompt_lengths=n,
+                                                      auto_state=st))
+
+        def one(p):
+            x = np.pad(np.asarray(p, np.int32), (0, width - len(p)))[None]
+            return jfn(pair.params, x, jnp.array([len(p)], jnp.int32), state)
+
+        jax.block_until_ready(one(next(iter(prompts_by_set.values()))[0]))   # compile
+        return one
+
+    fns = {label: compiled(*run) for label, run in runs.items()}
+    labels = list(fns)
+    acc = {label: {name: dict(tokens=0, secs=0.0, rounds=0, sizes=[], outs=[])
+                   for name in prompts_by_set} for label in labels}
+    turn = 0
+    for rep in range(reps):
+        for name, prompts in prompts_by_set.items():
+            for p in prompts:
+                turn += 1
+                for label in labels[turn % len(labels):] + labels[:turn % len(labels)]:
+                    t0 = time.perf_counter()
+                    o = jax.block_until_ready(fns[label](p))
+                    a = acc[label][name]
+                    a["secs"] += time.perf_counter() - t0
+                    k, r = int(o.num_tokens[0]), int(o.num_rounds[0])
+                    a["tokens"] += k
+                    a["rounds"] += r
+                    if rep == 0:
+                        a["sizes"].extend(np.asarray(o.draft_sizes[0, :r]).tolist())
+                        a["outs"].append(np.asarray(o.tokens[0, :k]))
+    return {label: {name: dict(tok_s=a["tokens"] / a["secs"],
+                               tau=a["tokens"] / max(a["rounds"], 1),
+                               plain=float(np.mean(np.asarray(a["sizes"]) == 0))
+                               if a["sizes"] else 1.0, outs=a["outs"])
+                    for name, a in by_set.items()}
+            for label, by_set in acc.items()}
 
 
 def main(argv=None):
@@ -49,6 +105,7 @@ def main(argv=None):
     ap.add_argument("--stop", action="store_true",
                     help="stop at the tokenizer's end-of-turn ids (default: every call decodes "
                          "--new tokens, past the answer's end)")
+    ap.add_argument("--json", default=None, help="also write the table's numbers here")
     args = ap.parse_args(argv)
 
     from dominotree_jax.measure import eval_prompts
@@ -87,13 +144,14 @@ def main(argv=None):
          "float32 ar"),
     ]
     t0 = time.perf_counter()
-    results = run_configs({label: (pair, cfg, None) for label, pair, cfg, _ in runs}, prompts,
-                          width, args.reps)
+    results = run_configs({label: (pair, cfg) for label, pair, cfg, _ in runs}, prompts, width,
+                          args.reps)
     print(f"  {len(runs)} runs x {args.reps} reps: {time.perf_counter() - t0:.0f} s", flush=True)
 
-    print(f"\n# {m} + lookup on bf16 weights vs float32 ar — {cpu_model()} "
-          f"(bf16 units: {bf16_units() or 'none'}), {jax.devices()[0].platform}, "
-          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    machine = (f"{cpu_model()} ({bf16_units() or 'no bf16 units'}), {os.cpu_count()} cores, "
+               f"{jax.devices()[0].platform}, jax {jax.__version__}")
+    date = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    print(f"\n# {m} + lookup on bf16 weights vs float32 ar — {machine}, {date}")
     print(f"{args.prompts} prompts per set x {args.new} new tokens x {args.reps} reps, T 0, "
           f"batch 1, prompt "
           f"bucket {width}; lookup {args.lookup} paths of {lengths[0]}"
@@ -110,3 +168,11 @@ def main(argv=None):
             np.array_equal(a, b) for d in sets
             for a, b in zip(r[d]["outs"], results[ref][d]["outs"])))
         print(f"| {label} | " + " | ".join(cells) + f" | {same} |")
+    if args.json:
+        keys = ("tok_s", "tau", "plain")
+        runs_out = {label: {d: {k: round(results[label][d][k], 4) for k in keys} for d in sets}
+                    for label, _, _, _ in runs}
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"command": command_line("methods", "bf16_host", argv), "machine": machine,
+                       "date": date, "reference": "float32 ar", "runs": runs_out}, f, indent=1)
+            f.write("\n")
