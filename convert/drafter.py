@@ -19,7 +19,7 @@ import numpy as np
 
 from convert.files import checkpoint_names, param_dtype, read_checkpoint_tensors, read_config
 from convert.orbax_io import is_orbax_dir, restore_saved_params, saved_config
-from convert.params import fill_state
+from convert.params import check_layer_count, fill_state
 from convert.safetensors_io import write_safetensors
 from dominotree_jax.config import (ConfigError, DrafterConfig, TargetConfig, check_drafter,
                                    check_pair)
@@ -72,6 +72,7 @@ def load_drafter(path: str, dtype: str | None = "float32",
     cfg = drafter_config(path)
     _check(cfg, target_cfg)
     named = checkpoint_names(path, read_checkpoint_tensors(path), rename_head)
+    check_layer_count(cfg.num_hidden_layers, named, path)
     dtype = param_dtype(path, dtype, named)
     _, abstract = drafter_graphdef(cfg, dtype)
     params = fill_state(abstract, named, path, jnp.dtype(dtype))

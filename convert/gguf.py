@@ -15,8 +15,9 @@ import numpy as np
 
 from convert.errors import CheckpointError
 from convert.gguf_header import check_gguf_layout
-from convert.params import fill_state
-from dominotree_jax.config import TargetConfig
+from convert.params import check_layer_count, fill_state
+from dominotree_jax.config import ConfigError, TargetConfig
+from dominotree_jax.config_fields import POSITIVE, POSITIVE_NUMBER, field_problems
 from dominotree_jax.model.target import target_graphdef
 
 SUPPORTED_GGUF_ARCHITECTURES = ("llama",)
@@ -37,37 +38,55 @@ def _field(reader, key, default=None):
     return default if f is None else f.contents()
 
 
+# the metadata a Llama GGUF's config is read from (``<arch>.`` + key), what each must be, and
+# the ``TargetConfig`` field it gives
+GGUF_FIELDS = {
+    "vocab_size": ("vocab_size", POSITIVE),
+    "embedding_length": ("hidden_size", POSITIVE),
+    "feed_forward_length": ("intermediate_size", POSITIVE),
+    "block_count": ("num_hidden_layers", POSITIVE),
+    "attention.head_count": ("num_attention_heads", POSITIVE),
+    "attention.head_count_kv": ("num_key_value_heads", POSITIVE),
+    "rope.dimension_count": ("head_dim", POSITIVE),
+    "attention.layer_norm_rms_epsilon": ("rms_norm_eps", POSITIVE_NUMBER),
+    "rope.freq_base": ("rope_theta", POSITIVE_NUMBER),
+    "context_length": ("max_position_embeddings", POSITIVE),
+}
+
+
 def gguf_target_config(reader, path: str = "gguf") -> TargetConfig:
+    """The ``TargetConfig`` of a Llama GGUF; metadata of the wrong type or range is refused,
+    naming the file, the key and the value, before anything is built."""
     arch = _field(reader, "general.architecture")
     if arch not in SUPPORTED_GGUF_ARCHITECTURES:
         raise CheckpointError(path, other=[f"unsupported GGUF architecture {arch!r}; "
                                            f"supported: {SUPPORTED_GGUF_ARCHITECTURES}"])
-    g = lambda k, d=None: _field(reader, f"{arch}.{k}", d)  # noqa: E731
+    meta = {k: _field(reader, f"{arch}.{k}") for k in GGUF_FIELDS}
     required = ("embedding_length", "attention.head_count", "feed_forward_length",
                 "block_count")
-    absent = [f"metadata key {arch}.{k} is missing" for k in required if g(k) is None]
+    absent = [f"metadata key {arch}.{k} is missing" for k in required if meta[k] is None]
     if absent:
         raise CheckpointError(path, other=absent)
-    hidden, heads = int(g("embedding_length")), int(g("attention.head_count"))
-    vocab = g("vocab_size")
-    if vocab is None and "tokenizer.ggml.tokens" in reader.fields:
-        vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    if vocab is None:
+    if meta["vocab_size"] is None and "tokenizer.ggml.tokens" in reader.fields:
+        meta["vocab_size"] = len(reader.fields["tokenizer.ggml.tokens"].data)
+    if meta["vocab_size"] is None:
         raise CheckpointError(path, other=[f"neither {arch}.vocab_size nor "
                                            "tokenizer.ggml.tokens gives the vocabulary size"])
+    bad = field_problems(meta, {k: check for k, (_, check) in GGUF_FIELDS.items()},
+                         f"metadata {arch}.")
+    if bad:
+        raise CheckpointError(path, other=bad)
+    fields = {name: meta[k] for k, (name, _) in GGUF_FIELDS.items() if meta[k] is not None}
+    heads = fields["num_attention_heads"]
+    fields = {"num_key_value_heads": heads, "head_dim": fields["hidden_size"] // heads,
+              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 8192,
+              **{k: v.item() if hasattr(v, "item") else v for k, v in fields.items()}}
     has_output = any(t.name == "output.weight" for t in reader.tensors)
-    return TargetConfig(
-        vocab_size=int(vocab), hidden_size=hidden,
-        intermediate_size=int(g("feed_forward_length")),
-        num_hidden_layers=int(g("block_count")), num_attention_heads=heads,
-        num_key_value_heads=int(g("attention.head_count_kv", heads)),
-        head_dim=int(g("rope.dimension_count", hidden // heads)),
-        rms_norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_theta=float(g("rope.freq_base", 10000.0)),
-        tie_word_embeddings=not has_output,
-        max_position_embeddings=int(g("context_length", 8192)),
-        architecture="LlamaForCausalLM",
-    )
+    try:
+        return TargetConfig(**fields, tie_word_embeddings=not has_output,
+                            architecture="LlamaForCausalLM")
+    except ConfigError as e:
+        raise CheckpointError(path, other=[str(e)]) from None
 
 
 def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -117,6 +136,7 @@ def load_gguf_target(path: str, dtype: str = "float32"):
         elif name.endswith("self_attn.k_proj.weight"):
             w = _unpermute(w, cfg.num_key_value_heads)
         tensors[name] = w
+    check_layer_count(cfg.num_hidden_layers, tensors, path)
     _, abstract = target_graphdef(cfg, dtype)
     return cfg, fill_state(abstract, tensors, path, jnp.dtype(dtype))
 

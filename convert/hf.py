@@ -6,7 +6,7 @@ import jax.numpy as jnp
 
 from convert.errors import CheckpointError
 from convert.files import checkpoint_names, param_dtype, read_checkpoint_tensors, read_config
-from convert.params import fill_state
+from convert.params import check_layer_count, fill_state
 from convert.target_layouts import adapt_target_tensors
 from dominotree_jax.config import ConfigError, TargetConfig
 from dominotree_jax.model.target import target_graphdef
@@ -54,6 +54,7 @@ def load_hf_target(path: str, dtype: str | None = "float32"):
         named = adapt_target_tensors(cfg, named)
     except ValueError as e:   # experts missing or of unequal shapes
         raise CheckpointError(path, other=[str(e)]) from None
+    check_layer_count(cfg.num_hidden_layers, named, path)
     dtype = param_dtype(path, dtype, named)
     _, abstract = target_graphdef(cfg, dtype)
     return cfg, fill_state(abstract, named, path, jnp.dtype(dtype))

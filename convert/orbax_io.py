@@ -21,6 +21,7 @@ from flax import nnx
 
 from convert.errors import CheckpointError
 from convert.files import read_json
+from convert.params import check_layer_count
 from dominotree_jax.config import (ConfigError, DrafterConfig, LinearAttentionShape, MoeShape,
                                    TargetConfig)
 from dominotree_jax.model.drafter import drafter_graphdef
@@ -67,13 +68,17 @@ def saved_config(path: str, kind: str):
     saved = read_json(cfg_file)
     if saved.get("kind") != kind:
         raise CheckpointError(path, other=[f"holds a {saved.get('kind')!r}, not a {kind}"])
-    fields = dict(saved.get("config") or {})
-    if fields.get("rope_scaling"):
-        fields["rope_scaling"] = tuple(tuple(kv) for kv in fields["rope_scaling"])
-    for name in _TUPLE_FIELDS:
-        if fields.get(name) is not None:
-            fields[name] = tuple(fields[name])
+    fields = saved.get("config") or {}
+    if not isinstance(fields, dict):
+        raise CheckpointError(cfg_file, other=[f"'config' is a {type(fields).__name__}, "
+                                               "not an object of fields"])
+    fields = dict(fields)
     try:
+        if fields.get("rope_scaling"):
+            fields["rope_scaling"] = tuple(tuple(kv) for kv in fields["rope_scaling"])
+        for name in _TUPLE_FIELDS:
+            if fields.get(name) is not None:
+                fields[name] = tuple(fields[name])
         # the nested shapes of hybrid and mixture-of-experts targets
         if isinstance(fields.get("linear_attention"), dict):
             fields["linear_attention"] = LinearAttentionShape(**fields["linear_attention"])
@@ -86,11 +91,17 @@ def saved_config(path: str, kind: str):
     return cfg, saved.get("tokenizer_source")
 
 
-def restore_saved_params(path: str, cfg):
-    """The parameters of an orbax directory, restored into the model structure of ``cfg``."""
+def restore_saved_params(path: str, cfg, mesh=None, rules=None):
+    """The parameters of an orbax directory, restored into the model structure of ``cfg`` and
+    placed as ``restore_params`` says."""
     graphdef = drafter_graphdef if isinstance(cfg, DrafterConfig) else target_graphdef
+    saved = _saved_metadata(path)
+    if isinstance(saved, dict) and isinstance(saved.get("layers"), dict):
+        # refused before the model is built (a huge count would take forever to build)
+        check_layer_count(cfg.num_hidden_layers, {f"layers.{i}.": None for i in saved["layers"]},
+                          os.path.join(path, CONFIG_FILE))
     _, abstract = graphdef(cfg, _saved_dtype(path))
-    return restore_params(path, abstract)
+    return restore_params(path, abstract, mesh, rules)
 
 
 def _saved_metadata(path: str):
@@ -118,24 +129,78 @@ def _saved_dtype(path: str) -> str:
     return floats[0].name if floats else "float32"   # not an id map (a drafter's ``d2t``)
 
 
-def restore_params(path: str, abstract_state):
-    """Restore into the structure of ``abstract_state``; shape mismatches are refused."""
+# what tensorstore says when array files are missing, cut or corrupt (not when orbax cannot
+# lay the arrays out on this run's devices)
+_DATA_ERRORS = ("DATA_LOSS", "OUT_OF_RANGE", "NOT_FOUND", "corrupt", "truncated",
+                "rror reading")
+
+
+def restore_params(path: str, abstract_state, mesh=None, rules=None):
+    """Restore into the structure of ``abstract_state``; shape mismatches are refused.
+
+    Each array is restored onto ``mesh`` by the logical axes its parameter declares and
+    ``rules`` (``sharding.ShardingRules``, default the decoding rules); without a mesh,
+    replicated over every device of every process when the run has several
+    (``jax.distributed``: each process holds a full copy), else on the default device. Never
+    the layout it was saved with: that names the saving run's devices."""
     path = os.path.abspath(path)
-    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                          nnx.to_pure_dict(abstract_state))
+    pure = nnx.to_pure_dict(abstract_state)
+    shardings = _restore_shardings(abstract_state, pure, mesh, rules)
+    target = jax.tree_util.tree_map_with_path(
+        lambda p, x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=shardings[_name(p)]), pure)
     _check_structure(path, target, _saved_metadata(path))
     failure = None
     try:
         with ocp.StandardCheckpointer() as ckptr:
-            pure = ckptr.restore(os.path.join(path, "params"), target)
-    except Exception as e:  # truncated or missing array files
-        failure = f"damaged orbax array data: {type(e).__name__}: {str(e)[:300]}"
+            restored = ckptr.restore(os.path.join(path, "params"), target)
+    except Exception as e:  # truncated or missing array files, or a layout orbax refused
+        said = " <- ".join(f"{type(x).__name__}: {str(x)[:300]}" for x in _chain(e))
+        failure = (f"damaged orbax array data: {said}" if any(m in said for m in _DATA_ERRORS)
+                   else f"orbax could not restore the arrays onto {_placement(mesh)}: {said}")
     if failure is not None:
         _finalize_abandoned_reads()
         raise CheckpointError(os.path.join(path, "params"), other=[failure])
     state = jax.tree.map(lambda x: x, abstract_state)
-    nnx.replace_by_pure_dict(state, pure)
+    nnx.replace_by_pure_dict(state, restored)
     return state
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    """``e`` and the exceptions it was raised from (tensorstore's reason is the cause)."""
+    out = [e]
+    while (nxt := out[-1].__cause__ or out[-1].__context__) is not None and nxt not in out:
+        out.append(nxt)
+    return out
+
+
+def _name(path) -> str:
+    return ".".join(str(getattr(k, "key", k)) for k in path)
+
+
+def _placement(mesh) -> str:
+    if mesh is not None:
+        return f"the mesh {dict(mesh.shape)}"
+    if jax.process_count() > 1:
+        return f"all {jax.device_count()} devices of {jax.process_count()} processes"
+    return f"device {jax.local_devices()[0]}"
+
+
+def _restore_shardings(abstract_state, pure, mesh, rules) -> dict:
+    """``{dotted name: Sharding}`` of every array of ``pure`` (``restore_params``)."""
+    from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+    from dominotree_jax.sharding import MODEL, ShardingRules, flat_param_specs
+    names = [_name(p) for p, _ in jax.tree_util.tree_flatten_with_path(pure)[0]]
+    if mesh is not None:
+        specs = flat_param_specs(abstract_state, mesh.shape.get(MODEL, 1),
+                                 ShardingRules() if rules is None else rules)
+        return {n: NamedSharding(mesh, specs[n]) for n in names}
+    if jax.process_count() > 1:
+        every = jax.sharding.Mesh(np.array(jax.devices()), ("devices",))
+        one = NamedSharding(every, PartitionSpec())
+    else:
+        one = SingleDeviceSharding(jax.local_devices()[0])
+    return dict.fromkeys(names, one)
 
 
 def _finalize_abandoned_reads(wait_s: float = 5.0, quiet_s: float = 0.3):

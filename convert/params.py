@@ -8,7 +8,7 @@ import numpy as np
 from convert.errors import CheckpointError
 from dominotree_jax.model.state import flat_dtypes, flat_names, state_from_flat
 
-__all__ = ["check_shapes", "fill_state"]
+__all__ = ["check_layer_count", "check_shapes", "fill_state"]
 
 
 def check_shapes(expected: dict[str, tuple], found: dict[str, tuple], source: str) -> None:
@@ -20,6 +20,17 @@ def check_shapes(expected: dict[str, tuple], found: dict[str, tuple], source: st
     err = CheckpointError(source, missing, unexpected, mismatched)
     if err.problems:
         raise err
+
+
+def check_layer_count(num_layers: int, tensors: dict, source: str) -> None:
+    """Refuse a config whose layer count disagrees with the ``layers.<i>.`` tensors of the
+    file before the model is built (a huge count would take forever to build)."""
+    held = {int(n.split(".")[1]) for n in tensors
+            if n.startswith("layers.") and n.split(".")[1].isdigit()}
+    if held and (len(held) != num_layers or min(held) != 0 or max(held) != num_layers - 1):
+        raise CheckpointError(source, other=[
+            f"the config says num_hidden_layers={num_layers}, but the tensors hold layers "
+            f"{min(held)}..{max(held)} ({len(held)} distinct)"])
 
 
 def fill_state(abstract_state, tensors: dict[str, np.ndarray], source: str, dtype,

@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from dominotree_jax.config_fields import (COUNT, FLAG, NUMBER, POSITIVE, POSITIVE_NUMBER, TEXT,
+                                          Field, field_problems)
+
 SUPPORTED_ARCHITECTURES = {
     # HF architecture name -> (qk_norm, attention_bias)
     "Qwen3ForCausalLM": (True, False),
@@ -47,6 +50,51 @@ SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 class ConfigError(ValueError):
     """A checkpoint's configuration is invalid or unsupported."""
+
+
+# every field an HF ``config.json`` (its ``text_config``, a drafter's ``dflash_config``) may
+# give that is read here, and what it must be: checked before any value is used
+ROTARY_FACTOR = Field("number", above=0.0, most=1.0)
+HF_FIELDS = {
+    **{name: POSITIVE for name in (
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+        "sliding_window", "full_attention_interval", "num_experts", "num_local_experts",
+        "num_experts_per_tok", "moe_intermediate_size", "linear_conv_kernel_dim",
+        "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+        "linear_value_head_dim", "num_target_layers", "block_size", "draft_vocab_size")},
+    **{name: COUNT for name in (
+        "max_window_layers", "decoder_sparse_step", "shared_expert_intermediate_size",
+        "mask_token_id", "gru_hidden_dim", "emb_dim", "pure_draft_prefix_len")},
+    **{name: FLAG for name in ("tie_word_embeddings", "attention_bias", "use_sliding_window",
+                               "norm_topk_prob", "shift_label")},
+    "rms_norm_eps": POSITIVE_NUMBER, "rope_theta": POSITIVE_NUMBER,
+    "partial_rotary_factor": ROTARY_FACTOR, "swiglu_alpha": NUMBER,
+    "swiglu_limit": POSITIVE_NUMBER, "model_type": TEXT, "projector_type": TEXT,
+    "architectures": Field("strs"), "layer_types": Field("strs"),
+    "mlp_only_layers": Field("ints"), "target_layer_ids": Field("ints"),
+    "rope_scaling": Field("object"), "rope_parameters": Field("object"),
+    "text_config": Field("object"), "dflash_config": Field("object"),
+}
+# the fields of a ``rope_scaling`` / ``rope_parameters`` object
+ROPE_FIELDS = {
+    "rope_type": TEXT, "type": TEXT, "rope_theta": POSITIVE_NUMBER, "factor": POSITIVE_NUMBER,
+    "original_max_position_embeddings": POSITIVE, "low_freq_factor": POSITIVE_NUMBER,
+    "high_freq_factor": POSITIVE_NUMBER, "beta_fast": POSITIVE_NUMBER,
+    "beta_slow": POSITIVE_NUMBER, "attention_factor": POSITIVE_NUMBER, "mscale": NUMBER,
+    "mscale_all_dim": NUMBER, "truncate": FLAG, "partial_rotary_factor": ROTARY_FACTOR,
+}
+
+
+def check_hf_fields(cfg: dict, what: str, prefix: str = "") -> None:
+    """Raise ``ConfigError`` naming every field of an HF config dict (and of its rope object)
+    whose type or range is wrong (``HF_FIELDS``, ``ROPE_FIELDS``)."""
+    problems = field_problems(cfg, HF_FIELDS, prefix)
+    for name in ("rope_scaling", "rope_parameters"):
+        if isinstance(cfg.get(name), dict):
+            problems += field_problems(cfg[name], ROPE_FIELDS, f"{prefix}{name}.")
+    if problems:
+        raise ConfigError(f"invalid {what} config: " + "; ".join(problems))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +204,17 @@ class DecoderShape:
     num_key_value_heads: int
     head_dim: int
 
+    # what each field must be (``config_fields``), checked before any is used
+    FIELDS = {name: POSITIVE for name in (
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "head_dim")}
+    KIND = "decoder"
+
     def __post_init__(self):
+        optional = [f.name for f in dataclasses.fields(self) if f.default is None]
+        problems = field_problems(self, type(self).FIELDS, none_ok=optional)
+        if problems:
+            raise ConfigError(f"invalid {self.KIND} config: " + "; ".join(problems))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(
                 f"num_attention_heads={self.num_attention_heads} is not a multiple of "
@@ -198,6 +256,15 @@ class TargetConfig(DecoderShape):
     sliding_window: int | None = None    # "sliding_attention" layers see this many positions
     attention_sinks: bool = False        # a learned logit per head in every softmax (gpt-oss)
     output_bias: bool = False            # o_proj has a bias (gpt-oss)
+
+    FIELDS = {**DecoderShape.FIELDS, "rms_norm_eps": POSITIVE_NUMBER,
+              "rope_theta": POSITIVE_NUMBER, "max_position_embeddings": POSITIVE,
+              "architecture": TEXT, "partial_rotary_factor": ROTARY_FACTOR,
+              "norm_offset": NUMBER, "layer_types": Field("strs"),
+              **{name: FLAG for name in ("tie_word_embeddings", "qk_norm", "attention_bias",
+                                         "attn_output_gate", "attention_sinks",
+                                         "output_bias")}}
+    KIND = "target"
 
     def __post_init__(self):
         super().__post_init__()
@@ -255,10 +322,11 @@ class TargetConfig(DecoderShape):
     @property
     def is_hybrid(self) -> bool:
         """Whether some layer carries a recurrent state instead of a KV cache."""
-        return bool(self.linear_layers)
+        return self.layer_types is not None and "linear_attention" in self.layer_types
 
     @classmethod
     def from_hf_dict(cls, cfg: dict) -> "TargetConfig":
+        check_hf_fields(cfg, "target")
         archs = cfg.get("architectures") or []
         arch = archs[0] if archs else {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM",
                                        "qwen2": "Qwen2ForCausalLM",
@@ -338,6 +406,7 @@ class TargetConfig(DecoderShape):
             text = cfg.get("text_config")
             if not isinstance(text, dict):
                 raise ConfigError(f"{arch} config.json lacks its text_config object")
+            check_hf_fields(text, "target text", "text_config.")
         moe = None
         if "Moe" in arch or arch == "Qwen3NextForCausalLM":
             moe = hf_moe_shape(text, text.get("num_hidden_layers") or 0, shared=True)
@@ -498,6 +567,17 @@ class DrafterConfig(DecoderShape):
     # (the checkpoint's ``d2t`` tensor, ``draft_vocab_size`` entries); None: the full vocabulary
     draft_vocab_size: int | None = None
 
+    # (mask id, block size, windows and draft vocabulary: ranges checked by drafter_problems
+    # and _check_window, which name them against the target)
+    FIELDS = {**DecoderShape.FIELDS, "block_size": Field("int", least=-2**63),
+              "mask_token_id": Field("int", least=-2**63), "num_target_layers": POSITIVE,
+              "target_layer_ids": Field("ints"), "rms_norm_eps": POSITIVE_NUMBER,
+              "rope_theta": POSITIVE_NUMBER, "max_position_embeddings": POSITIVE,
+              "shift_label": FLAG, "projector_type": TEXT, "gru_hidden_dim": COUNT,
+              "emb_dim": COUNT, "pure_draft_prefix_len": COUNT,
+              "draft_vocab_size": Field("int", least=-2**63), "layer_types": Field("strs")}
+    KIND = "drafter"
+
     def __post_init__(self):
         super().__post_init__()
         projector = PROJECTOR_ALIASES.get(self.projector_type, self.projector_type)
@@ -589,6 +669,7 @@ class DrafterConfig(DecoderShape):
         """From a drafter ``config.json``: Qwen3 fields, ``block_size`` (top level or in
         ``dflash_config``), ``num_target_layers`` and ``dflash_config`` (whose Domino fields may
         also sit at the top level)."""
+        check_hf_fields(cfg, "drafter")
         archs = cfg.get("architectures") or []
         for arch in archs:
             if arch in REFUSED_DRAFTER_ARCHITECTURES:
@@ -598,6 +679,7 @@ class DrafterConfig(DecoderShape):
                 raise ConfigError(f"unsupported drafter architecture {arch!r}; supported: "
                                   f"{DRAFTER_ARCHITECTURES}")
         dflash = dict(cfg.get("dflash_config") or {})
+        check_hf_fields(dflash, "drafter", "dflash_config.")
 
         def field(name, default=None):
             return dflash[name] if dflash.get(name) is not None else cfg.get(name, default)
@@ -685,9 +767,19 @@ def drafter_problems(cfg: DrafterConfig, target_cfg: TargetConfig | None = None)
             if d != t:
                 problems.append(f"{what.replace('_', ' ')} differs: drafter {d}, target {t}")
         L = target_cfg.num_hidden_layers
+        if cfg.num_target_layers is not None and cfg.num_target_layers != L:
+            problems.append(f"num_target_layers={cfg.num_target_layers}, but the target has "
+                            f"{L} layers")
         bad = [i for i in cfg.target_layer_ids if not 0 <= i < L]
         if bad:
             problems.append(f"tap layer(s) {bad} outside the target's {L} layers "
+                            f"(target_layer_ids={list(cfg.target_layer_ids)})")
+    else:   # the taps against the layer count the drafter names, if any
+        L = cfg.num_target_layers
+        bad = [i for i in cfg.target_layer_ids if i < 0 or (L is not None and i >= L)]
+        if bad:
+            problems.append(f"tap layer(s) {bad} outside the target's "
+                            f"{'layers' if L is None else f'{L} layers (num_target_layers)'} "
                             f"(target_layer_ids={list(cfg.target_layer_ids)})")
     vocab = min(cfg.vocab_size, target_cfg.vocab_size) if target_cfg else cfg.vocab_size
     if not 0 <= cfg.mask_token_id < vocab:
@@ -699,6 +791,9 @@ def drafter_problems(cfg: DrafterConfig, target_cfg: TargetConfig | None = None)
     if cfg.block_size < 2:
         problems.append(f"block_size={cfg.block_size} is too small: a block needs t0 and at "
                         "least one MASK slot (block_size >= 2)")
+    elif cfg.block_size > cfg.max_position_embeddings:
+        problems.append(f"block_size={cfg.block_size} exceeds max_position_embeddings="
+                        f"{cfg.max_position_embeddings}")
     if cfg.is_domino and not 0 <= cfg.pure_draft_prefix_len <= cfg.num_draft_positions:
         problems.append(f"pure_draft_prefix_len={cfg.pure_draft_prefix_len} is outside "
                         f"[0, {cfg.num_draft_positions}]")

@@ -1,15 +1,18 @@
-"""The engine state beside tunix's actor checkpoints (``dominotree_jax.rollout.checkpoints``):
-file format, atomic writes, pruning, the hook, restore of the restored step, and errors. Fake
-tunix pieces only (a checkpoint manager whose ``save`` says whether it saved, an engine with
-``checkpoint_state`` / ``restore_checkpoint_state``): the tunix learner run is
-``tests/test_rl_example.py``."""
+"""The engine state beside tunix's actor checkpoints (``dominotree_jax.rollout.checkpoints``,
+``state_file``): file format, refusal of files that are not ours, atomic writes, pruning, the
+hook, restore of the restored step, and errors. Fake tunix pieces only (a checkpoint manager
+whose ``save`` says whether it saved, an engine with ``checkpoint_state`` /
+``restore_checkpoint_state``): the tunix learner run is
+``experiments/grpo/tests/test_grpo_example.py``."""
 
 from __future__ import annotations
 
 import copy
+import io
+import json
 import os
-import pickle
 import types
+import zipfile
 
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ from dominotree_jax.rollout.checkpoints import (EngineCheckpoints, attach_engine
                                                 engine_state_path, finish_checkpoint_writes,
                                                 read_engine_state, restore_engine_state,
                                                 saved_engine_steps, write_engine_state)
+from dominotree_jax.rollout.state_file import StateFileError
 
 
 class FakeEngine:
@@ -68,43 +72,122 @@ def test_state_file_format_and_atomic_write(tmp_path):
     eng = FakeEngine()
     eng.rollouts = 3
     path = write_engine_state(str(tmp_path / "engine"), 4, eng)
-    assert path == engine_state_path(str(tmp_path / "engine"), 4) == str(tmp_path / "engine/4.pkl")
-    with open(path, "rb") as f:
-        saved = pickle.load(f)
-    assert set(saved) == {"step", "engine"} and saved["step"] == 4
-    assert saved["engine"]["rollouts"] == 3
-    np.testing.assert_array_equal(saved["engine"]["key"], [3, 4, 5, 6])
-    assert os.listdir(tmp_path / "engine") == ["4.pkl"]   # no .tmp left behind
+    assert path == engine_state_path(str(tmp_path / "engine"), 4) == str(tmp_path / "engine/4.npz")
+    with zipfile.ZipFile(path) as z:   # JSON plus .npy members, nothing executable
+        header = json.loads(z.read("state.json"))
+        assert sorted(z.namelist()) == ["a0.npy", "state.json"]
+    assert header["format"] == "dominotree-state" and header["version"] == 1
+    assert header["meta"] == {"kind": "engine", "step": 4}
+    assert header["state"]["v"]["rollouts"] == 3
+    with np.load(path) as npz:   # also a plain .npz
+        np.testing.assert_array_equal(npz["a0"], [3, 4, 5, 6])
+    assert os.listdir(tmp_path / "engine") == ["4.npz"]   # no .tmp left behind
+    saved = read_engine_state(str(tmp_path / "engine"), 4)
+    assert saved["rollouts"] == 3 and saved["key"].dtype == np.uint32
 
-    class Unpicklable(FakeEngine):
+    class Unwritable(FakeEngine):
         def checkpoint_state(self):
             return {"rollouts": 9, "f": lambda: 0}
-    with pytest.raises((pickle.PicklingError, AttributeError)):
-        write_engine_state(str(tmp_path / "engine"), 4, Unpicklable())
+    with pytest.raises(StateFileError, match=r"state\.f: cannot write a function"):
+        write_engine_state(str(tmp_path / "engine"), 4, Unwritable())
     assert read_engine_state(str(tmp_path / "engine"), 4)["rollouts"] == 3   # old file intact
 
 
-def test_reads_the_examples_files_and_refuses_others(tmp_path):
+def test_files_that_are_not_ours_are_refused_by_content(tmp_path):
     d = tmp_path / "engine"
     d.mkdir()
-    for step in (9, 10, 2):   # written the way examples/grpo_smollm2.py always wrote them
-        with open(d / f"{step}.pkl", "wb") as f:
-            pickle.dump({"step": step, "engine": {"rollouts": step}}, f)
-    (d / "12.pkl.tmp").write_bytes(b"half")
+    for step in (9, 10, 2):
+        write_engine_state(str(d), step, FakeEngine())
+    (d / "12.npz.tmp").write_bytes(b"half")
     (d / "notes.txt").write_text("x")
-    assert saved_engine_steps(str(d)) == [2, 9, 10]   # numeric order, only <n>.pkl
+    (d / "3.pkl").write_bytes(b"\x80\x04old")   # an older version's file: never opened
+    assert saved_engine_steps(str(d)) == [2, 9, 10]   # numeric order, only <n>.npz
     assert saved_engine_steps(str(tmp_path / "absent")) == []
-    assert read_engine_state(str(d), 10) == {"rollouts": 10}
-    with pytest.raises(FileNotFoundError, match=r"train step 4 .*4\.pkl.*\[2, 9, 10\]"):
+    with pytest.raises(FileNotFoundError, match=r"train step 4 .*4\.npz.*\[2, 9, 10\]"):
         read_engine_state(str(d), 4)
-    with open(d / "5.pkl", "wb") as f:
-        pickle.dump({"step": 6, "engine": {}}, f)
-    with pytest.raises(ValueError, match="step 6, not 5"):
+    with pytest.raises(StateFileError, match=r"3\.pkl is an engine state of an older version"):
+        read_engine_state(str(d), 3)
+    os.replace(d / "9.npz", d / "5.npz")
+    with pytest.raises(StateFileError, match="step 9, not 5"):
         read_engine_state(str(d), 5)
-    with open(d / "7.pkl", "wb") as f:
-        pickle.dump([1, 2], f)
-    with pytest.raises(ValueError, match="not an engine state file"):
-        read_engine_state(str(d), 7)
+    cases = {  # what the file holds -> what the refusal says
+        b"\x80\x04\x95junk": "not a zip archive .*runs code when opened",
+        b"plain text": "not a zip archive",
+        _zip({"other.json": "{}"}): "it has no state.json",
+        _zip({"state.json": "{oops"}): "malformed state.json",
+        _zip({"state.json": json.dumps({"format": "something-else"})}): "format 'something-else'",
+        _zip({"state.json": json.dumps({"format": "dominotree-state", "version": 99, "meta": {},
+                                        "state": None})}): "version 99",
+        _zip({"state.json": json.dumps({"format": "dominotree-state", "version": 1,
+                                        "meta": {"kind": "engine", "step": 7},
+                                        "state": {"t": "array", "v": "a0"}})}): "a0.npy is missing",
+        _zip({"state.json": json.dumps({"format": "dominotree-state", "version": 1,
+                                        "meta": {"kind": "engine", "step": 7},
+                                        "state": {"t": "record", "type": "os.system",
+                                                  "v": {}}})}): "unknown record type 'os.system'",
+        _zip({"state.json": json.dumps({"format": "dominotree-state", "version": 1,
+                                        "meta": {"kind": "trainer", "step": 7},
+                                        "state": {"t": "dict", "v": {}}})}): "kind 'trainer'",
+    }
+    for content, message in cases.items():
+        (d / "7.npz").write_bytes(content)
+        with pytest.raises(StateFileError, match=message) as e:
+            read_engine_state(str(d), 7)
+        assert str(d / "7.npz") in str(e.value)
+
+
+def _zip(members: dict) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, text in members.items():
+            z.writestr(name, text)
+    return buf.getvalue()
+
+
+def test_a_real_engine_state_round_trips_into_the_live_structure(tmp_path):
+    """The state ``DominoTreeRollout.checkpoint_state()`` holds: ``(DecodeConfig, rows)`` keys,
+    ``AutoState``s, the refresher's leaves and its optax state (restored into the live
+    optimizer's structure, its leaves checked), scalars and ``None``s."""
+    import jax
+    import optax
+
+    from dominotree_jax.decoding.auto_size import initial_state
+    from dominotree_jax.decoding.config import DecodeConfig
+    from spec_fixtures import tiny_pair
+
+    tcfg, dcfg, _ = tiny_pair()
+    config = DecodeConfig(target=tcfg, drafter=dcfg, method="dflash", budget="auto",
+                          max_new_tokens=8, lookup=2, precision="float32")
+    flat = {"w": np.ones((3, 2), np.float32), "b": np.zeros((2,), np.float32)}
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3))
+    opt_state = jax.tree.map(np.asarray, opt.init(flat))
+    state = {"key": np.arange(2, dtype=np.uint32), "last_temperature": 0.7,
+             "refresher": {"flat": flat, "opt_state": opt_state, "num_steps": 3},
+             "refresh_schedule": {"ema": None, "gap": 2},
+             "auto_states": {(config, 4): jax.tree.map(np.asarray, initial_state(config, 4))},
+             "probed_tau": -1.0, "lookup_calls": {(config, 4): {"gain": 1.2, "gap": 1}}}
+
+    class Engine(FakeEngine):
+        def checkpoint_state(self):
+            return state
+    write_engine_state(str(tmp_path), 5, Engine())
+    with pytest.raises(StateFileError, match="needs the live object"):
+        read_engine_state(str(tmp_path), 5)
+    back = read_engine_state(str(tmp_path), 5, like=state)
+    assert set(back) == set(state) and back["last_temperature"] == 0.7
+    (key,) = back["auto_states"]
+    assert key == (config, 4) and hash(key) == hash((config, 4))   # finds the carried state
+    assert type(back["auto_states"][key]) is type(state["auto_states"][(config, 4)])
+    assert jax.tree.structure(back["refresher"]["opt_state"]) == jax.tree.structure(opt_state)
+    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(state)):
+        np.testing.assert_array_equal(a, b)
+    other = {**state, "refresher": {**state["refresher"],
+                                    "opt_state": opt.init({"w": np.ones((4, 2), np.float32),
+                                                           "b": np.zeros((2,), np.float32)})}}
+    with pytest.raises(StateFileError, match=r"refresher\.opt_state: leaf \d+ is saved as "
+                                             r"float32\[2\], the live structure holds "
+                                             r"float32\[4, 2\]|float32\[3, 2\], the live"):
+        read_engine_state(str(tmp_path), 5, like=other)
 
 
 def test_save_writes_beside_tunix_and_prunes_to_keep_plus_one(tmp_path):
@@ -174,7 +257,7 @@ def test_restore_puts_back_the_restored_step(tmp_path):
     fresh = fake_cluster(train_steps=0)   # a fresh run: nothing to restore, no file needed
     assert restore_engine_state(fresh, str(tmp_path / "absent"), sync_weights=True) == 0
     assert fresh.rollout.restored is None and fresh.rollout.params is None
-    with pytest.raises(FileNotFoundError, match=r"tunix restored train step 3, .*3\.pkl"):
+    with pytest.raises(FileNotFoundError, match=r"tunix restored train step 3, .*3\.npz"):
         restore_engine_state(fake_cluster(train_steps=3), d, sync_weights=False)
     with pytest.raises(ValueError, match="step must be >= 0"):
         restore_engine_state(cluster, d, -1, sync_weights=False)

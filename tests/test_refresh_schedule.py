@@ -39,7 +39,7 @@ def test_a_drafter_left_behind_by_the_policy_is_refreshed_after_every_call_again
     assert s.gap == 16
     assert s.record(2.8) == "flat" and s.gap == 16   # noise: the average barely moves
     assert [s.record(2.0) for _ in range(2)] == ["flat", "fallen"]   # a lasting drop
-    assert s.gap == 1 and s.wait == 1 and len(taken) < 10
+    assert s.gap == 1 and s.waited == 0 and len(taken) < 10
     assert s.record(2.9) == "rising"                 # from the fallen level on
 
 
@@ -97,3 +97,26 @@ def test_the_time_budget_holds_steps_to_their_share_of_the_rollout_time():
     assert free.due()
     with pytest.raises(ValueError, match="invest_share"):
         RefreshSchedule(invest_share=1.5)
+
+
+def test_the_probe_backoff_doubles_while_probes_do_not_pay_and_closes_when_they_do():
+    """``backoff.ProbeBackoff`` and ``moving_average``, the policy every host-side probe
+    schedule shares (``RefreshSchedule``, ``auto_probe.LookupCalls``, ``auto_probe.CallRates``);
+    an old checkpoint's count-down ``wait`` reads as the calls waited."""
+    from dominotree_jax.rollout.auto_probe import CallRates, LookupCalls
+    from dominotree_jax.rollout.backoff import ProbeBackoff, moving_average
+    b, probes = ProbeBackoff(), []
+    for call in range(36):
+        if b.probe_due():
+            b.probed(paid=call >= 30, max_gap=8)
+            probes.append(call)
+        else:
+            b.skipped()
+    assert probes == [0, 2, 6, 14, 22, 30, 31, 32, 33, 34, 35] and b.gap == 1 and b.waited == 0
+    assert moving_average(None, 3.0, 0.25) == 3.0 and moving_average(2.0, 6.0, 0.25) == 3.0
+    assert all(isinstance(c(), ProbeBackoff) for c in (CallRates, LookupCalls, RefreshSchedule))
+    s = RefreshSchedule(max_gap=8)
+    steps_taken(s, lambda i: 2.0, 12)
+    old = {k: v for k, v in s.checkpoint_state().items() if k != "waited"}
+    old["wait"] = s.gap - s.waited
+    assert RefreshSchedule.from_checkpoint(old) == s

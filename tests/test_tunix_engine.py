@@ -188,22 +188,23 @@ def test_bad_inputs_are_named(pair, eng):
         eng.generate([[]], rcfg())
 
 
-def test_checkpoint_state_resumes_the_same_rollouts(pair):
+def test_checkpoint_state_resumes_the_same_rollouts(pair, tmp_path):
     """``budget="auto"`` + drafter refresh, fresh keys per call: an engine rebuilt from the
-    initial settings and given ``checkpoint_state()`` (through pickle, as the GRPO example
-    stores it) makes the rollouts the saved engine makes next (key, carried auto state,
-    refreshed drafter and its optimizer state, the refresh schedule all restored)."""
-    import pickle
-    # (no time budget: steps by schedule; no call clock: its choices follow wall time)
-    kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6), call_clock=False,
+    initial settings and given ``checkpoint_state()`` (through a state file, as
+    ``rollout.checkpoints`` stores it) makes the rollouts the saved engine makes next (key,
+    carried auto state, refreshed drafter and its optimizer state, the refresh schedule all
+    restored)."""
+    from dominotree_jax.rollout.checkpoints import read_engine_state, write_engine_state
+    kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6),   # (no clock: no wall-time choices)
               drafter_refresh={"lr": 1e-2, "anchors": 3, "schedule": {"invest_share": None}})
     rc = rcfg(temperature=1.0, top_p=1.0, seed=None)
     a = make_engine(pair, seed=3, **kw)
     a.generate(PROMPTS, rc)
-    saved = pickle.loads(pickle.dumps(a.checkpoint_state()))
+    write_engine_state(str(tmp_path), 1, a)
     want = [a.generate(PROMPTS, rc) for _ in range(2)]
     b = make_engine(pair, seed=3, **kw)
     fresh = b.generate(PROMPTS, rc)   # what an engine that was not restored would do next
+    saved = read_engine_state(str(tmp_path), 1, like=b.checkpoint_state())
     b.restore_checkpoint_state(saved)   # (its key, auto state and drafter all replaced)
     got = [b.generate(PROMPTS, rc) for _ in range(2)]
     for w, g in zip(want, got):
@@ -212,9 +213,7 @@ def test_checkpoint_state_resumes_the_same_rollouts(pair):
             np.testing.assert_allclose(lx, ly, atol=1e-6)
     assert any(not np.array_equal(x, y) for x, y in zip(want[0].tokens, fresh.tokens))
     assert a.refresher.num_steps == b.refresher.num_steps >= 2
-    import dataclasses   # (the last step's wall time differs: it is only read by the budget)
-    assert dataclasses.replace(a.refresh_schedule, step_seconds=0.0) == dataclasses.replace(
-        b.refresh_schedule, step_seconds=0.0) and a.refresh_schedule.ema is not None
+    assert a.refresh_schedule == b.refresh_schedule and a.refresh_schedule.ema is not None
     for x, y in zip(jax.tree.leaves(a.params["drafter"]), jax.tree.leaves(b.params["drafter"])):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
     assert [r["loss"] for r in a.refresh_log[1:]] == pytest.approx(
@@ -238,14 +237,14 @@ def test_a_call_whose_state_would_not_draft_runs_as_a_plain_call(pair, lookup):
     assert not eng.last.plain
     config = eng.decode_config(rc)
     key = (config, len(PROMPTS))
-    st = eng._auto_states[key]
-    eng._auto_states[key] = st._replace(rate=np.float32(0.0), since=np.int32(0),
-                                        gap=np.int32(100))   # drafting does not pay
+    states = eng.auto_probe.states
+    states[key] = states[key]._replace(rate=np.float32(0.0), since=np.int32(0),
+                                       gap=np.int32(100))   # drafting does not pay
     got = eng.generate(PROMPTS, rc)
     assert eng.last.plain and eng.last.method == ("lookup" if lookup else "ar")
     assert eng.last.out.features is not None
     rounds = int(np.max(eng.last.out.num_rounds))
-    assert int(eng._auto_states[key].since) == rounds
+    assert int(states[key].since) == rounds
     if not lookup:
         want = make_engine(pair, method="ar").generate(PROMPTS, rc)
         for a, b, la, lb in zip(got.tokens, want.tokens, got.logprobs, want.logprobs):
@@ -254,111 +253,160 @@ def test_a_call_whose_state_would_not_draft_runs_as_a_plain_call(pair, lookup):
     else:   # the lookup-only program carries its own state; the calls' record decides
         from dominotree_jax.rollout.auto_probe import LOOKUP_PAYS, call_gain
         lookup_cfg = eng.traces[-1]
-        assert (lookup_cfg, len(PROMPTS)) in eng._auto_states
+        assert (lookup_cfg, len(PROMPTS)) in states
         calls = eng.auto_probe.lookup_calls[key]
         gain = call_gain(eng.auto_probe.policy(lookup_cfg, len(PROMPTS)), eng.last.out)
         assert calls.gain == pytest.approx(0.5 * LOOKUP_PAYS + 0.5 * gain) and calls.waited == 0
         calls.gain, calls.gap = 0.5, 3           # lookup-only calls did not pay: ar, then
         ran = []                                 # a lookup-only probe after 3 calls
         for _ in range(4):
-            eng._auto_states[key] = eng._auto_states[key]._replace(since=np.int32(0))
+            states[key] = states[key]._replace(since=np.int32(0))
             eng.generate(PROMPTS, rc)
             ran.append(eng.last.method)
-        assert ran[:3] == ["ar", "ar", "lookup"]
-        # the probe's record reads its measured speed over ar's (a clock): if it did not pay,
-        # the gap doubled (3 -> 6) and the 4th call ran ar; if it paid, the gap went to 1 and
-        # the 4th call ran lookup-only again, its own record leaving the gap 1 or 2
-        if ran[3] == "ar":
-            assert calls.gap == 6 and calls.waited == 1
-        else:
-            assert ran[3] == "lookup" and calls.gap in (1, 2) and calls.waited == 0
-    eng._auto_states[key] = eng._auto_states[key]._replace(since=np.int32(95))
+            if len(ran) == 3:   # the probe's record: the cost table's estimate (no clock)
+                probe_gain = call_gain(eng.auto_probe.policy(lookup_cfg, len(PROMPTS)),
+                                       eng.last.out)
+                assert calls.gain == pytest.approx(0.25 + 0.5 * probe_gain)
+                assert calls.gain < LOOKUP_PAYS
+        # it did not pay: the gap doubled (3 -> 6) and the 4th call ran ar
+        assert ran == ["ar", "ar", "lookup", "ar"] and calls.gap == 6 and calls.waited == 1
+    states[key] = states[key]._replace(since=np.int32(95))
     eng.generate(PROMPTS, rc)
-    assert eng.last.plain and int(eng._auto_states[key].since) == 99   # capped: gap - 1
+    assert eng.last.plain and int(states[key].since) == 99   # capped: gap - 1
     eng.generate(PROMPTS, rc)                    # the gap runs out: the probe drafts
-    assert not eng.last.plain and int(eng._auto_states[key].since) < 99
+    assert not eng.last.plain and int(states[key].since) < 99
     off = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6), plain_calls=False)
     off.generate(PROMPTS, rc)
-    (okey, ost), = off._auto_states.items()
-    off._auto_states[okey] = ost._replace(rate=np.float32(0.0), gap=np.int32(100))
+    (okey, ost), = off.auto_probe.states.items()
+    off.auto_probe.states[okey] = ost._replace(rate=np.float32(0.0), gap=np.int32(100))
     off.generate(PROMPTS, rc)
     assert not off.last.plain
 
 
+class StepClock:
+    """A fake clock the test drives: consecutive readings are ``seconds`` apart, so a
+    ``generate`` (read at its start and end) lasts ``seconds``."""
+
+    def __init__(self):
+        self.now, self.seconds = 0.0, 1.0
+
+    def __call__(self) -> float:
+        self.now += self.seconds
+        return self.now
+
+
 def test_the_calls_clock_holds_drafting_back_while_drafting_calls_are_slower(pair):
-    """``call_clock``: the engine times its calls (not one that compiled a program); while the
+    """``clock``: the engine times its calls on it (not one that compiled a program); while the
     drafting program's calls are measured slower than plain ones, a call whose state wants to
-    draft runs as a plain call, with a drafting probe after ``gap`` plain calls; a new drafter
-    clears the drafting calls' measure, so the next call drafts; the refresh budget's gain is
-    the measured one where it says less than the cost table."""
-    from dominotree_jax.rollout.auto_probe import CallRates
-    eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6))
+    draft runs as a plain call, with a drafting probe after ``gap`` plain calls (doubling); a
+    new drafter clears the drafting calls' measure, so the next call drafts; the refresh
+    budget's gain is the measured one where it says less than the cost table. Without a clock
+    nothing is timed."""
+    clock = StepClock()
+    eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6), clock=clock)
     rc = rcfg(temperature=1.0, top_p=1.0, seed=None, max_tokens_to_generate=6)
     eng.generate(PROMPTS, rc)                     # compiles: not timed
     config = eng.decode_config(rc)
     key = (config, len(PROMPTS))
+    states = eng.auto_probe.states
     assert key not in eng.auto_probe.call_rates
 
-    def wants_draft():   # the carried state drafts its next round (a probe)
-        eng._auto_states[key] = eng._auto_states[key]._replace(
-            since=np.int32(0), gap=np.int32(1), rate=np.float32(1e3))
-    wants_draft()
-    eng.generate(PROMPTS, rc)                     # the drafting program again: timed
-    rates = eng.auto_probe.call_rates[key]
-    assert not eng.last.plain and rates.drafting == pytest.approx(
-        eng.last.num_tokens / eng.last.seconds) and rates.ar == 0.0
-    eng.auto_probe.call_rates[key] = CallRates(drafting=1.0, ar=1e6, gap=3, waited=0)
-    ran = []
-    for _ in range(4):
-        wants_draft()
+    def call(draft: bool):   # the carried state drafts its next round (a probe), or not at all
+        states[key] = states[key]._replace(since=np.int32(0), gap=np.int32(1 if draft else 100),
+                                           rate=np.float32(1e3 if draft else 0.0))
         eng.generate(PROMPTS, rc)
-        ran.append(eng.last.plain)
-    # plain calls (the first compiles the ar program: not timed, not counted) until the gap
-    # of 3 runs out, then the probe drafts; still slower: the gap doubles
-    assert ran == [True, True, True, False]
+
+    clock.seconds = 100.0                         # drafting calls take 100 s, ar calls 0.01 s
+    call(draft=True)                              # the drafting program again: timed
     rates = eng.auto_probe.call_rates[key]
-    assert rates.slower() and rates.gap == 6 and rates.waited == 0
-    table = float(eng._auto_states[key].rate) / eng.auto_probe.policy(config, 4).ar_rate
+    assert not eng.last.plain and eng.last.seconds == pytest.approx(100.0)
+    assert rates.drafting == pytest.approx(eng.last.num_tokens / 100.0) and rates.ar == 0.0
+    clock.seconds = 0.01
+    for _ in range(2):                            # the first compiles ar: not timed
+        call(draft=False)
+    assert eng.last.plain and rates.ar == pytest.approx(eng.last.num_tokens / 0.01)
+    assert rates.slower() and rates.gap == 1 and rates.waited == 1
+    ran = []
+    for expect_plain in [False, True, False, True, True, True, False]:
+        clock.seconds = 0.01 if expect_plain else 100.0
+        call(draft=True)
+        ran.append(eng.last.plain)
+    # each probe drafts, is measured slower, and the gap doubles: 2, 4, 8 calls apart
+    assert ran == [False, True, False, True, True, True, False]
+    assert rates.slower() and rates.gap == 8 and rates.waited == 0
+    table = float(states[key].rate) / eng.auto_probe.policy(config, 4).ar_rate
     assert rates.gain() < 1 and eng.auto_probe.gain(config, len(PROMPTS)) == pytest.approx(
         min(table, rates.gain()))
     eng.update_drafter_params(pair[2]["drafter"])            # a new drafter: timed afresh
     assert rates.drafting == 0.0 and rates.gap == 1 and rates.allows_draft()
-    wants_draft()
-    eng.generate(PROMPTS, rc)
+    call(draft=True)
     assert not eng.last.plain
-    off = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6), call_clock=False)
+    off = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6))
     off.generate(PROMPTS, rc)
     off.generate(PROMPTS, rc)
     assert off.auto_probe.call_rates == {}
+    with pytest.raises(TypeError, match="clock must be None or a function"):
+        make_engine(pair, clock=True)
+    with pytest.raises(TypeError, match="call_clock is gone"):
+        make_engine(pair, call_clock=True)
 
 
 def test_the_calls_clock_reads_lookup_only_calls_over_ar(pair):
-    """``lookup=K``: a timed lookup-only call's record (``LookupCalls``) takes its measured speed
-    over the ``ar`` calls' instead of the cost table's estimate; after ``REFERENCE_EVERY`` calls
-    without an ``ar`` one, a plain call runs ``ar`` even while lookup-only calls pay."""
+    """``lookup=K`` with a clock: a timed lookup-only call's record (``LookupCalls``) takes its
+    measured speed over the ``ar`` calls' instead of the cost table's estimate; after
+    ``REFERENCE_EVERY`` calls without an ``ar`` one, a plain call runs ``ar`` even while
+    lookup-only calls pay."""
     from dominotree_jax.rollout.auto_probe import (LOOKUP_ALPHA, MAX_LOOKUP_GAP, REFERENCE_EVERY,
-                                                   CallRates, LookupCalls)
-    eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6), lookup=2)
+                                                   LookupCalls)
+    clock = StepClock()
+    eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6), lookup=2, clock=clock)
     rc = rcfg(temperature=1.0, top_p=1.0, seed=None, max_tokens_to_generate=6)
     eng.generate(PROMPTS, rc)
     key = (eng.decode_config(rc), len(PROMPTS))
+    states = eng.auto_probe.states
 
     def plain_call(lookup_gain):   # the state would not draft; the lookup record says
-        eng._auto_states[key] = eng._auto_states[key]._replace(
-            rate=np.float32(0.0), since=np.int32(0), gap=np.int32(100))
+        states[key] = states[key]._replace(rate=np.float32(0.0), since=np.int32(0),
+                                           gap=np.int32(100))
         eng.auto_probe.lookup_calls[key] = LookupCalls(gain=lookup_gain, gap=MAX_LOOKUP_GAP)
         eng.generate(PROMPTS, rc)
         return eng.last.method
     assert [plain_call(2.0), plain_call(0.0)] == ["lookup", "ar"]   # both compile: not timed
-    eng.auto_probe.call_rates[key] = CallRates(ar=1e9)
-    assert plain_call(2.0) == "lookup"
-    measured = eng.last.num_tokens / eng.last.seconds
-    assert eng.auto_probe.call_rates[key].lookup == pytest.approx(measured)
-    assert eng.auto_probe.lookup_calls[key].gain == pytest.approx(
-        (1 - LOOKUP_ALPHA) * 2.0 + LOOKUP_ALPHA * measured / 1e9)
+    assert key not in eng.auto_probe.call_rates
+    clock.seconds = 1.0
+    assert plain_call(0.0) == "ar"                # timed: the reference
     rates = eng.auto_probe.call_rates[key]
+    ar_speed = eng.last.num_tokens / 1.0
+    assert rates.ar == pytest.approx(ar_speed)
+    clock.seconds = 4.0                           # lookup-only calls take 4x as long
+    assert plain_call(2.0) == "lookup"
+    measured = eng.last.num_tokens / 4.0
+    assert rates.lookup == pytest.approx(measured)
+    assert eng.auto_probe.lookup_calls[key].gain == pytest.approx(
+        (1 - LOOKUP_ALPHA) * 2.0 + LOOKUP_ALPHA * measured / ar_speed)
     rates.since_ar = REFERENCE_EVERY
-    assert plain_call(2.0) == "ar" and rates.since_ar == 0 and rates.ar < 1e9
+    assert plain_call(2.0) == "ar" and rates.since_ar == 0
+
+
+def test_two_runs_with_the_same_seeds_make_the_same_rollouts(pair):
+    """No clock (the default): two engines with the same seed, ``budget="auto"``, plain calls
+    and the drafter refresh (a GRPO run's rollout side) choose the same program in every call,
+    so their rollouts (fresh keys per call) are the same token for token, over calls in which
+    the probe schedule ran both plain and drafting calls."""
+    kw = dict(budget="auto", auto_sizes=(0, 2, 4, 6), lookup=2, seed=4,
+              drafter_refresh={"lr": 1e-2, "anchors": 3})
+    rc = rcfg(temperature=1.0, top_p=1.0, seed=None, max_tokens_to_generate=6)
+    runs = []
+    for _ in range(2):
+        eng = make_engine(pair, **kw)
+        calls = []
+        for _ in range(6):
+            out = eng.generate(PROMPTS, rc)
+            calls.append((eng.last.method, [t.tolist() for t in out.tokens]))
+        runs.append(calls)
+    assert runs[0] == runs[1]
+    assert {m for m, _ in runs[0]} >= {"dominotree", "lookup"} or \
+        {m for m, _ in runs[0]} >= {"dominotree", "ar"}, [m for m, _ in runs[0]]
 
 
 def test_call_rates_probe_less_often_while_drafting_stays_slower():
@@ -404,27 +452,26 @@ def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):
     from dominotree_jax.rollout import auto_probe
     eng = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6))
     eng.generate(PROMPTS, rcfg())
-    (key, st), = eng._auto_states.items()
+    (key, st), = eng.auto_probe.states.items()
     eng.update_drafter_params(pair[2]["drafter"], probe=False)
-    assert int(eng._auto_states[key].since) == int(st.since)
+    assert int(eng.auto_probe.states[key].since) == int(st.since)
     eng.update_drafter_params(pair[2]["drafter"])
-    new = eng._auto_states[key]
+    new = eng.auto_probe.states[key]
     from dominotree_jax.decoding.auto_size import CALIB_PRIOR
     assert int(new.since) == max(int(st.gap) - 1, 0) and float(new.pred) == 1
     assert float(new.real) == pytest.approx(CALIB_PRIOR)   # the calibration starts afresh
     ref = make_engine(pair, budget="auto", auto_sizes=(0, 2, 4, 6),
                       drafter_refresh={"lr": 1e-2, "anchors": 3})
     ref.generate(PROMPTS, rcfg())                 # first refresh: probes, records its τ
-    first = ref._probed_tau
+    probe = ref.auto_probe
+    first = probe.probed_tau
     assert first == pytest.approx(ref.refresh_log[-1]["chain_tau_before"])
-    ref._probed_tau = 1e9                          # no refresh can look like a gain now
-    (key, st), = ref._auto_states.items()
+    probe.probed_tau = 1e9                         # no refresh can look like a gain now
     ref.generate(PROMPTS, rcfg())
-    assert ref._probed_tau == 1e9 and auto_probe.REPROBE_GAIN > 1
+    assert probe.probed_tau == 1e9 and auto_probe.REPROBE_GAIN > 1
     # the gain is read on the schedule's moving average: a lone chain τ 15 % up (noise) does
     # not probe, a drafter whose τ keeps rising does
-    ref._probed_tau = ref.refresh_schedule.ema = first
-    ref.refresh_schedule.invest_share = None      # a step after every call (no wall time)
+    probe.probed_tau = ref.refresh_schedule.ema = first   # (no clock: a step after every call)
     step = ref.refresher.step
     taus = iter([1.15 * first, 0.9 * first] + [1.5 * first] * 3)
 
@@ -435,7 +482,7 @@ def test_a_new_drafter_is_probed_and_the_refresh_reprobes_only_on_a_gain(pair):
     probed = []
     for _ in range(5):
         ref.generate(PROMPTS, rcfg())
-        probed.append(ref._probed_tau != first)
+        probed.append(probe.probed_tau != first)
     assert probed == [False, False, True, True, True]   # EMA 1.04, 1.00, 1.13 x first
 
 
