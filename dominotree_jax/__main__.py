@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import jax
 import jax.numpy as jnp
 
 from dominotree_jax.precision import add_precision_argument
@@ -72,7 +71,7 @@ def main(argv=None):
     ids = jnp.asarray(tgt.chat_prompt(args.prompt))
     print(f"\nuser: {args.prompt}\n")
 
-    decode = jax.jit(dj.decode, static_argnames="config")
+    decode = dj.decode   # checks its inputs, then runs a program cached per config
     spec_cfg = pair.config(args.method, max_new_tokens=args.max_new_tokens, budget=args.budget,
                            lookup=args.lookup)
     out, dt = _timed(decode, pair.params, ids, config=spec_cfg)

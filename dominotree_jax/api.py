@@ -154,18 +154,16 @@ def target_logits(target: Target, tokens) -> jax.Array:
     return _plain_forward(target.params, tokens, target.config)
 
 
-_jit_decode = jax.jit(decode, static_argnames="config")
-
-
 def generate(target: Target, prompt_ids, *, max_new_tokens: int, temperature: float = 0.0,
              key=None, top_k: int = 0, top_p: float = 1.0, stop_ids=None):
-    """Autoregressive decoding (jitted); returns the generated ids ``[length]`` (or ``[B,
-    length]``, ``length`` = the longest row's token count)."""
+    """Autoregressive decoding (``decode``: one compiled program for every temperature);
+    returns the generated ids ``[length]`` (or ``[B, length]``, ``length`` = the longest row's
+    token count)."""
     stop = tuple(target.eos_ids if stop_ids is None else stop_ids)
     cfg = DecodeConfig(target=target.config, method="ar", max_new_tokens=max_new_tokens,
                        temperature=temperature, top_k=top_k, top_p=top_p, stop_ids=stop)
     prompt = token_ids(prompt_ids)
-    out = _jit_decode({"target": target.params, "drafter": None}, prompt, config=cfg, key=key)
+    out = decode({"target": target.params, "drafter": None}, prompt, config=cfg, key=key)
     n = int(jnp.max(out.num_tokens))
     toks = out.tokens[:, :n]
     return toks[0, :int(out.num_tokens[0])] if prompt.ndim == 1 else toks

@@ -35,8 +35,8 @@ import jax
 import jax.numpy as jnp
 
 PRECISIONS = ("float32", "bfloat16", "float16")
-# the precisions the engine's benchmarks time (measure/product_timing, `benchmarks step
-# slot_step`, ...): float16 runs under the policy, but no machine we measure on has a reason to
+# the precisions the engine's benchmarks time (measure/product_timing; `benchmarks step
+# slot_step` @ 77bcb80): float16 runs under the policy, but no machine we measure on has a reason to
 # prefer it to bfloat16
 BENCHMARKED_PRECISIONS = ("float32", "bfloat16")
 ACTIVATION_DTYPE = jnp.float32   # residual stream, norms, RoPE, softmax, logits, GRU state
@@ -277,7 +277,8 @@ def uses_float32_view(precision, backend: str, batch: int = 1) -> bool:
     and XLA hoists no convert out of the auto round's ``lax.switch`` branch or draft ``cond``
     (a 16-bit weight read by a float32 product there, the head's embedding rows, was upcast
     every round): bf16 DominoTree ``auto`` 0.94x float32 ``ar`` with the view, 0.86x without
-    (``methods auto_view``, Zen 5). At a larger batch the plain step has as many rows, and the
+    (``methods auto_view`` @
+    b738145, Zen 5). At a larger batch the plain step has as many rows, and the
     16-bit many-row product is the fast one: at batch 4 (T 0.9) bf16 DominoTree ``auto`` ran
     0.60x float32 ``ar`` over the view and 1.23x without it. A ``lookup`` auto decode never
     drafts and makes no view. Elsewhere (GPU, TPU) the 16-bit product is the fast,

@@ -23,8 +23,7 @@ dividing ``num_key_value_heads`` (and ``num_attention_heads``): if it only divid
     mesh = make_mesh(data=2, model=4)
     params = shard_params(params, mesh)
     prompt_BT, lengths_B = shard_batch(prompt_BT, lengths_B, mesh)
-    out = jax.jit(decode, static_argnames="config")(params, prompt_BT, config=cfg,
-                                                    prompt_lengths=lengths_B)
+    out = decode(params, prompt_BT, config=cfg, prompt_lengths=lengths_B)
 """
 
 from __future__ import annotations

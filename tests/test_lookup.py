@@ -245,11 +245,11 @@ def test_bad_settings_are_refused_by_name():
                        "return_features needs a drafter config")):
         with pytest.raises(ValueError, match=match):
             DecodeConfig(**{**base, **kw})
-    assert DecodeConfig(target=tcfg, method="lookup").lookup == 4
+    assert DecodeConfig(target=tcfg, method="lookup").lookup_paths == 4
     # default path lengths: 16 without a drafter, 8 beside one; a given length stays
-    assert DecodeConfig(target=tcfg, method="lookup").lookup_length == 16
-    assert DecodeConfig(**base, lookup=2).lookup_length == 8
-    assert DecodeConfig(target=tcfg, method="lookup", lookup_length=5).lookup_length == 5
+    assert DecodeConfig(target=tcfg, method="lookup").lookup_path_length == 16
+    assert DecodeConfig(**base, lookup=2).lookup_path_length == 8
+    assert DecodeConfig(target=tcfg, method="lookup", lookup_length=5).lookup_path_length == 5
 
 
 def test_an_auto_round_searches_the_lookup_paths_once(monkeypatch):

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dominotree_jax.sampling import (DRAW_BLOCK, draw, first_argmax, sample_tokens,
-                                     sampling_logprobs, validate_sampling)
+from dominotree_jax.sampling import (DRAW_BLOCK, Sampling, draw, first_argmax, is_greedy,
+                                     sample_tokens, sampling_logprobs, validate_sampling)
 
 
 def test_top_k_and_top_p_filter_the_right_tokens():
@@ -18,6 +18,31 @@ def test_top_k_and_top_p_filter_the_right_tokens():
     assert np.isfinite(lp[0, :3]).all() and np.isinf(lp[0, 3:]).all()
     lp = np.asarray(sampling_logprobs(logits, 1.0, top_p=0.01))  # always keeps the best
     assert np.isfinite(lp[0, 0]) and np.isinf(lp[0, 1:]).all()
+
+
+@pytest.mark.parametrize("t,k,p", [(0.7, 0, 1.0), (0.7, 3, 1.0), (1.3, 0, 0.8), (0.9, 17, 0.6),
+                                   (1.0, 300, 1.0), (1.0, 300, 0.5), (2.0, 1, 0.3)])
+def test_traced_settings_give_what_static_ones_give(t, k, p):
+    """One program over traced temperature / top-k / top-p (the sort skipped at run time when
+    nothing is filtered) gives the distribution and the draws of the static settings."""
+    logits = jax.random.normal(jax.random.key(5), (6, 300)) * 3
+    keys = jax.random.split(jax.random.key(1), 6)
+    traced_lp = jax.jit(lambda x, s: sampling_logprobs(x, *s))
+    traced_tok = jax.jit(lambda ks, x, s: jax.vmap(lambda kk, row: sample_tokens(kk, row, *s))(
+        ks, x))
+    static_lp = sampling_logprobs(logits, t, k, p)
+    np.testing.assert_allclose(np.asarray(traced_lp(logits, Sampling.of(t, k, p))),
+                               np.asarray(static_lp), rtol=1e-6)
+    kept = np.isfinite(np.asarray(static_lp)).sum(-1)
+    assert (kept == (min(k, 300) if 0 < k else 300)).all() or p < 1.0, kept
+    np.testing.assert_array_equal(
+        np.asarray(traced_tok(keys, logits, Sampling.of(t, k, p))),
+        np.asarray(jax.vmap(lambda kk, row: sample_tokens(kk, row, t, k, p))(keys, logits)))
+
+
+def test_only_the_number_zero_is_greedy():
+    assert is_greedy(0) and is_greedy(0.0) and not is_greedy(0.5)
+    assert not is_greedy(np.float32(0.7)) and not is_greedy(jnp.float32(1.0))
 
 
 def test_temperature_scales_and_zero_is_argmax():

@@ -80,7 +80,7 @@ CALIB_ALPHA = 0.2      # ... in the calibration EMAs
 CALIB_MAX = 2.0        # largest calibration factor ``c``
 # ``c`` before any round has measured it: a drafter's path probabilities overpredict its
 # accepted nodes ~1.5-1.9x at every temperature (shipped SmolLM2 pair, T 0 / 0.7 / 0.9 / 1:
-# c = 0.64 / 0.65 / 0.59 / 0.52; ``python -m benchmarks methods temperature_accept``), so the
+# c = 0.64 / 0.65 / 0.59 / 0.52; ``methods temperature_accept`` @ ad0568c), so the
 # policy starts from that, not from trusting the drafter
 CALIB_PRIOR = 0.6
 MAX_GAP_FACTOR = 16    # the probe gap grows up to ``16 *`` its base
@@ -121,7 +121,7 @@ class AutoState(NamedTuple):
     real: Float[Array, ""]  # EMA of accepted nodes
     since: Int[Array, ""]   # rounds since the last drafted round
     gap: Int[Array, ""]     # rounds between probes while not drafting
-    # lookup-only rounds (config.lookup): EMAs of their predicted and accepted nodes, the
+    # lookup-only rounds (config.lookup_paths): EMAs of their predicted and accepted nodes, the
     # calibration of the lookup table's scores on this text (None in states from before them)
     lpred: Float[Array, ""] | None = None
     lreal: Float[Array, ""] | None = None
@@ -162,9 +162,9 @@ class AutoPolicy:
         self.can_pay = config.uses_drafter and any(
             (1 + PLAUSIBLE_ACCEPT * min(n, J)) / (self.draft_cost + v) > self.ar_rate
             for n, v in zip(self.sizes[1:], self.verify_costs[1:]))
-        # lookup drafting (config.lookup): rounds the drafter sits out may still verify the
+        # lookup drafting (config.lookup_paths): rounds the drafter sits out may still verify the
         # lookup paths, which cost no drafter pass
-        self.lookup = bool(config.lookup)
+        self.lookup = bool(config.lookup_paths)
         self.lookup_can_pay = self.lookup and any(
             (1 + PLAUSIBLE_ACCEPT * min(n, config.draft_depth)) / v > self.ar_rate
             for n, v in zip(self.sizes[1:], self.verify_costs[1:]))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.decoding import auto_size, costs as round_costs
 from dominotree_jax.precision import Precision
-from dominotree_jax.sampling import validate_sampling
+from dominotree_jax.sampling import Sampling, validate_sampling
 from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, TREE_METHODS, check_settings
 
 CHAIN_METHODS = ("dflash", "domino")
@@ -19,14 +20,15 @@ METHODS = ("ar",) + CHAIN_METHODS + TREE_METHODS + ("lookup",)
 # "auto", Zen 5; benchmarks/results/lookup/bf16_host.md); a drafter's tree gained nothing
 # clear from them
 LOOKUP_LENGTH = {False: 8, True: 16}
+LOOKUP_PATHS = 4   # method "lookup"'s lookup paths per round when ``lookup`` is 0
 DRAFTER_METHODS = CHAIN_METHODS + TREE_METHODS
 
 
 @dataclasses.dataclass(frozen=True)
 class DecodeConfig:
-    """Everything about a decode that shapes the compiled program.
-
-    ``jax.jit(decode, static_argnames="config")`` compiles once per distinct config.
+    """A decode's settings: ``program`` (everything but the sampling values) shapes the
+    compiled program, ``sampling`` (temperature, top-k, top-p) are its runtime arguments;
+    ``decode`` compiles once per distinct ``program``.
     """
 
     target: TargetConfig
@@ -74,7 +76,8 @@ class DecodeConfig:
     # text so far join every round's draft (0 = off; method "lookup" takes 4 when 0); matches
     # of lookup_ngram = (min, max) tokens, longest first, starting inside the last
     # lookup_window positions; paths of lookup_length tokens (a chain's: at most its depth;
-    # None: LOOKUP_LENGTH[method "lookup" or not], the lengths that measured best);
+    # None: LOOKUP_LENGTH[method "lookup" or not], the lengths that measured best); both
+    # stay as given, their defaults resolved in ``lookup_paths`` / ``lookup_path_length``;
     # lookup_accept: P(depth d accepted | earlier accepted) per matched n (rows) and depth
     # (columns), the scores that rank lookup nodes against the drafter's (None: measured
     # default, lookup.DEFAULT_ACCEPT)
@@ -127,13 +130,9 @@ class DecodeConfig:
             raise ValueError(f"stop ids outside the vocabulary: {bad}")
 
     def _check_lookup(self):
-        if self.lookup_length is None:
-            object.__setattr__(self, "lookup_length", LOOKUP_LENGTH[self.method == "lookup"])
-        if self.method == "lookup":
-            if self.lookup == 0:
-                object.__setattr__(self, "lookup", 4)
-        for name, least in (("lookup", 0), ("lookup_length", 1), ("lookup_window", 1)):
-            v = getattr(self, name)
+        for name, v, least in (("lookup", self.lookup, 0),
+                               ("lookup_length", self.lookup_path_length, 1),
+                               ("lookup_window", self.lookup_window, 1)):
             if not isinstance(v, int) or isinstance(v, bool) or v < least:
                 raise ValueError(f"{name} must be an int >= {least}, got {v!r}")
         ng = tuple(self.lookup_ngram)
@@ -146,7 +145,7 @@ class DecodeConfig:
         if self.lookup_accept is not None:
             from dominotree_jax.decoding.lookup import log_accept_table
             acc = tuple(tuple(float(x) for x in row) for row in self.lookup_accept)
-            log_accept_table(acc, self.lookup_length, ng[1])   # refused by name if bad
+            log_accept_table(acc, self.lookup_path_length, ng[1])   # refused by name if bad
             object.__setattr__(self, "lookup_accept", acc)
 
     def _resolve_auto(self):
@@ -192,6 +191,18 @@ class DecodeConfig:
         return self.budget == "auto" and self.method != "ar"
 
     @property
+    def lookup_paths(self) -> int:
+        """K: lookup paths per round, ``lookup`` (``LOOKUP_PATHS`` for method "lookup" when
+        0). The fields stay as given, so ``replace(method=...)`` resolves afresh."""
+        return LOOKUP_PATHS if self.method == "lookup" and self.lookup == 0 else self.lookup
+
+    @property
+    def lookup_path_length(self) -> int:
+        """Tokens per lookup path: ``lookup_length``, or ``LOOKUP_LENGTH`` of the method."""
+        return (LOOKUP_LENGTH[self.method == "lookup"] if self.lookup_length is None
+                else self.lookup_length)
+
+    @property
     def uses_drafter(self) -> bool:
         return self.method in DRAFTER_METHODS
 
@@ -206,11 +217,33 @@ class DecodeConfig:
         when lookup paths may reach deeper (a tree method, or no drafter); a chain keeps its
         block (the lookup path replaces the chain in its rows)."""
         if self.method == "lookup":
-            return self.lookup_length
+            return self.lookup_path_length
         J = self.drafter.num_draft_positions
         if self.lookup and self.method in TREE_METHODS:
-            return max(J, self.lookup_length)
+            return max(J, self.lookup_path_length)
         return J
+
+    @property
+    def sampled(self) -> bool:
+        """Whether tokens are drawn (temperature > 0) rather than the argmax: the one sampling
+        setting that is static."""
+        return self.temperature > 0
+
+    @property
+    def sampling(self) -> Sampling | None:
+        """The runtime sampling values (``sampling.Sampling``), None when greedy."""
+        return Sampling.of(self.temperature, self.top_k, self.top_p) if self.sampled else None
+
+    @functools.cached_property
+    def program(self) -> "DecodeConfig":
+        """This config without its sampling values (temperature 1 when sampled, else 0; no
+        top-k / top-p) and with its lookup defaults written out: the static key of
+        ``decode``'s compiled program, which reads the values from ``sampling`` at run time."""
+        plain = dict(temperature=float(self.sampled), top_k=0, top_p=1.0,
+                     lookup=self.lookup_paths, lookup_length=self.lookup_path_length)
+        if all(getattr(self, k) == v for k, v in plain.items()):
+            return self
+        return dataclasses.replace(self, **plain)
 
     def replace(self, **kw) -> "DecodeConfig":
         return dataclasses.replace(self, **kw)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from dominotree_jax.decoding import checks
 from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState
 from dominotree_jax.decoding.commit import PAD
 from dominotree_jax.decoding.config import DecodeConfig
@@ -26,7 +26,7 @@ from dominotree_jax.decoding.round import (LoopState, first_state, plain_step, p
                                            repeat_prefilled, round_step)
 from dominotree_jax.model.drafter import bind_drafter_float32_view
 from dominotree_jax.model.target import bind_float32_view, bind_target
-from dominotree_jax.precision import Precision, bind_view_if_needed
+from dominotree_jax.precision import bind_view_if_needed
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Float, Int
@@ -76,73 +76,6 @@ def cache_length(config: DecodeConfig, prompt_len: int) -> int:
     return config.max_len
 
 
-def _check_inputs(prompt_BT, lengths_B, config: DecodeConfig, key):
-    B, T = prompt_BT.shape
-    if T == 0 or B == 0:
-        raise ValueError(f"empty prompt (shape {prompt_BT.shape})")
-    limit = config.target.max_position_embeddings
-    if T + config.max_new_tokens > limit:
-        raise ValueError(f"prompt ({T}) + max_new_tokens ({config.max_new_tokens}) exceeds the "
-                         f"target's max_position_embeddings ({limit})")
-    if config.temperature > 0 and key is None:
-        raise ValueError("temperature > 0 needs an explicit PRNG key (key=jax.random.key(...))")
-    concrete = not any(isinstance(x, jax.core.Tracer) for x in (prompt_BT, lengths_B))
-    if concrete:
-        p, n = np.asarray(prompt_BT), np.asarray(lengths_B)
-        if n.min() < 1 or n.max() > T:
-            raise ValueError(f"prompt_lengths must be in [1, {T}], got {n.tolist()}")
-        valid = np.arange(T)[None, :] < n[:, None]
-        bad = p[valid & ((p < 0) | (p >= config.target.vocab_size))]
-        if bad.size:
-            raise ValueError(f"token ids outside the vocabulary [0, {config.target.vocab_size}):"
-                             f" {sorted(set(bad.tolist()))[:10]}")
-
-
-def _row_stops(row_stop_ids, B: int, config: DecodeConfig):
-    """``row_stop_ids`` as an int32 ``[B, e]`` array (None stays None), checked when concrete."""
-    if row_stop_ids is None:
-        return None
-    stops_Be = jnp.asarray(row_stop_ids)
-    if stops_Be.ndim != 2 or stops_Be.shape[0] != B or \
-            not jnp.issubdtype(stops_Be.dtype, jnp.integer):
-        raise ValueError(f"row_stop_ids must be an integer [B={B}, e] array (-1 = padding), "
-                         f"got shape {stops_Be.shape} dtype {stops_Be.dtype}")
-    if not isinstance(stops_Be, jax.core.Tracer):
-        s = np.asarray(stops_Be)
-        bad = s[(s < -1) | (s >= config.target.vocab_size)]
-        if bad.size:
-            raise ValueError(f"row_stop_ids outside the vocabulary (or -1): "
-                             f"{sorted(set(bad.tolist()))[:10]}")
-    return stops_Be.astype(jnp.int32)
-
-
-def _prompt_rows(prompt_rows, num_prompts: int):
-    """``prompt_rows`` as an int32 ``[B]`` array (None stays None), checked when concrete."""
-    if prompt_rows is None:
-        return None
-    rows_B = jnp.asarray(prompt_rows)
-    if rows_B.ndim != 1 or rows_B.shape[0] < 1 or not jnp.issubdtype(rows_B.dtype, jnp.integer):
-        raise ValueError(f"prompt_rows must be a non-empty integer [B] array, got shape "
-                         f"{rows_B.shape} dtype {rows_B.dtype}")
-    if not isinstance(rows_B, jax.core.Tracer):
-        r = np.asarray(rows_B)
-        if r.min() < 0 or r.max() >= num_prompts:
-            raise ValueError(f"prompt_rows must index the {num_prompts} prompts, got values in "
-                             f"[{r.min()}, {r.max()}]")
-    return rows_B.astype(jnp.int32)
-
-
-def _check_precision(params, config: DecodeConfig, uses_drafter: bool) -> None:
-    """The parameters' dtypes against ``config.precision`` (refused naming both), or, without
-    one, a drafter's pairing with the target (the policy's, ``precision.check_pair``)."""
-    drafter_params = params.get("drafter") if uses_drafter else None
-    if config.precision is not None:
-        config.precision.check_params(params["target"], drafter_params,
-                                      what="decode config's precision")
-    elif drafter_params is not None:
-        Precision.of_params(params["target"], drafter_params)
-
-
 def draft_head(params, config: DecodeConfig):
     """``[C, H]``: the target's LM-head rows of the drafter's draft vocabulary, which every
     drafting round multiplies by (None when ``config`` drafts nothing or the drafter has no
@@ -156,44 +89,56 @@ def draft_head(params, config: DecodeConfig):
 
 
 def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=None,
-           auto_state=None, row_stop_ids=None, prompt_rows=None,
-           draft_head=None) -> DecodeOutput:
+           auto_state=None, row_stop_ids=None, prompt_rows=None, draft_head=None,
+           sampling=None) -> DecodeOutput:
     """Generate up to ``config.max_new_tokens`` tokens after ``prompt`` (``[T]`` or ``[B, T]``).
 
-    ``params``: ``{"target": state, "drafter": state or None}``. Pure and jittable:
-    ``jax.jit(decode, static_argnames="config")``. ``auto_state`` (``budget="auto"`` only): a
-    previous call's ``DecodeOutput.auto_state`` (or ``auto_size.initial_state``), to carry the
-    draft-size policy's measurements (delivered rate, drafter calibration, probe gap) from
-    call to call. ``row_stop_ids``: each row's own stop ids, ``[B, e]`` int (-1 pads a row's
-    list), on top of ``config.stop_ids`` (a runtime array: new stop sets do not recompile).
-    ``prompt_rows``: one prefill shared by several rows (GRPO's G samples of a prompt):
-    ``prompt`` holds ``b`` distinct prompts, ``prompt_rows`` (``[B]`` int, values in ``[0,
-    b)``) says which one each of the ``B`` output rows continues; each prompt is prefilled
-    once and its caches, drafter context and last logits are copied to its rows. The output
-    equals decoding ``prompt[prompt_rows]`` (same key: same tokens at any temperature);
-    ``row_stop_ids`` and ``auto_state`` are per output row. ``draft_head``: ``draft_head(params,
-    config)`` made beforehand for these parameters (else gathered here, once per call).
+    ``params``: ``{"target": state, "drafter": state or None}``. Call it directly: the inputs
+    are checked (``decoding/checks.py``), then a program compiled once per ``config.program``
+    runs (every temperature, top-k and top-p share it: they are runtime values). Inside your
+    own ``jax.jit`` it runs inline, its value checks in the program. ``auto_state``
+    (``budget="auto"`` only): a previous call's ``DecodeOutput.auto_state`` (or
+    ``auto_size.initial_state``), to carry the draft-size policy's measurements (delivered
+    rate, drafter calibration, probe gap) from call to call. ``row_stop_ids``: each row's own
+    stop ids, ``[B, e]`` int (-1 pads a row's list), on top of ``config.stop_ids`` (a runtime
+    array: new stop sets do not recompile). ``prompt_rows``: one prefill shared by several rows
+    (GRPO's G samples of a prompt): ``prompt`` holds ``b`` distinct prompts, ``prompt_rows``
+    (``[B]`` int, values in ``[0, b)``) says which one each of the ``B`` output rows
+    continues; each prompt is prefilled once and its caches, drafter context and last logits
+    are copied to its rows. The output equals decoding ``prompt[prompt_rows]`` (same key: same
+    tokens at any temperature); ``row_stop_ids`` and ``auto_state`` are per output row.
+    ``draft_head``: ``draft_head(params, config)`` made beforehand for these parameters (else
+    gathered here, once per call). ``sampling``: ``sampling.Sampling`` values (temperature,
+    top_k, top_p; e.g. traced inside your own jit) used instead of the config's, which must
+    then sample (temperature > 0: greediness is static).
     """
-    prompt_bT = jnp.asarray(prompt)
-    if not jnp.issubdtype(prompt_bT.dtype, jnp.integer):
-        raise ValueError(f"prompt must hold integer token ids, got dtype {prompt_bT.dtype}")
-    prompt_bT = prompt_bT.astype(jnp.int32)
-    if prompt_bT.ndim == 1:
-        prompt_bT = prompt_bT[None]
-    num_prompts, T = prompt_bT.shape   # b distinct prompts: B of them unless rows share one
-    lengths_b = (jnp.full((num_prompts,), T, jnp.int32) if prompt_lengths is None
-                 else jnp.asarray(prompt_lengths, jnp.int32).reshape(num_prompts))
-    _check_inputs(prompt_bT, lengths_b, config, key)
-    rows_B = _prompt_rows(prompt_rows, num_prompts)
-    B = num_prompts if rows_B is None else rows_B.shape[0]
-    lengths_B = lengths_b if rows_B is None else lengths_b[rows_B]
-    stops_Be = _row_stops(row_stop_ids, B, config)
+    inputs = checks.checked_inputs(prompt, config=config, key=key, prompt_lengths=prompt_lengths,
+                                   prompt_rows=prompt_rows, row_stop_ids=row_stop_ids,
+                                   sampling=sampling)
     if auto_state is not None and not config.is_auto:
         raise ValueError("auto_state is only for budget='auto' configs")
+    checks.check_params(params, config, config.uses_drafter)
     key = jax.random.key(0) if key is None else key
+    if checks.is_traced((params, inputs, key, auto_state, draft_head)):
+        # inside the caller's trace: inline (a trace of its own, never a cached one)
+        inputs = checks.refuse_in_program(inputs, config)
+        return _decode_program(params, inputs, key, auto_state, draft_head,
+                               config=config.program)
+    checks.refuse_on_host(inputs, config)
+    return _compiled_program(params, inputs, key, auto_state, draft_head,
+                             config=config.program)
+
+
+def _decode_program(params, inputs: checks.DecodeInputs, key, auto_state, head_CH, *,
+                    config: DecodeConfig) -> DecodeOutput:
+    """``decode`` on checked inputs: prefill, then the loop of rounds. ``config`` is a
+    ``DecodeConfig.program``: its sampling values are ``inputs.sampling``."""
+    prompt_bT, lengths_b, rows_B, stops_Be, sampling = inputs
+    T = prompt_bT.shape[1]
+    B = lengths_b.shape[0] if rows_B is None else rows_B.shape[0]
+    lengths_B = lengths_b if rows_B is None else lengths_b[rows_B]
     target = bind_target(config.target, params["target"])
     drafter = bind_drafter_for(config, params.get("drafter"))
-    _check_precision(params, config, drafter is not None)
     policy = AutoPolicy(config, B) if config.is_auto else None
 
     with jax.named_scope(STAGE_PREFILL):
@@ -204,7 +149,7 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     if rows_B is not None:   # each distinct prompt's prefill, copied to its rows
         pre = repeat_prefilled(pre, rows_B)
     state = first_state(pre, key, config=config, auto=None if policy is None
-                         else policy.init(auto_state), stops_Be=stops_Be)
+                        else policy.init(auto_state), stops_Be=stops_Be, sampling=sampling)
     plain_target = plain_drafter = None   # auto's plain steps on 16-bit CPU weights: the
     if policy is not None and policy.can_pay:   # float32 views, made once before the loop
         plain_target = bind_view_if_needed(bind_float32_view, config.target, params["target"],
@@ -216,7 +161,8 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
                              drafter=drafter, policy=policy, plain_target=plain_target,
                              plain_drafter=plain_drafter,
                              prompt_BT=(prompt_bT if rows_B is None else prompt_bT[rows_B]),
-                             head_rows_CH=_head_rows(drafter, target, draft_head, config))
+                             head_rows_CH=_head_rows(drafter, target, head_CH, config),
+                             sampling=sampling)
     body = step
     if policy is not None and policy.plain_runs:
         # between rounds the policy may draft in, its plain steps run as an inner loop of
@@ -225,13 +171,19 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
         # that rarely drafts takes
         plain = functools.partial(plain_step, lengths_B=lengths_B, config=config,
                                   target=target, drafter=drafter, policy=policy,
-                                  plain_target=plain_target, plain_drafter=plain_drafter)
+                                  plain_target=plain_target, plain_drafter=plain_drafter,
+                                  sampling=sampling)
 
         def body(s: LoopState) -> LoopState:   # one auto round, then its plain steps
             return jax.lax.while_loop(
                 lambda s: ~jnp.all(s.done_B) & ~policy.wants_draft(s.auto), plain, step(s))
     final = jax.lax.while_loop(lambda s: ~jnp.all(s.done_B), body, state)
     return _outputs(final, T, config)
+
+
+# one compiled program per ``DecodeConfig.program`` and argument shapes (``decode`` called
+# with concrete values)
+_compiled_program = jax.jit(_decode_program, static_argnames="config")
 
 
 def _head_rows(drafter, target, head_CH, config: DecodeConfig):

@@ -91,8 +91,8 @@ def lookup_cands(config: DecodeConfig, history):
     if history is None:
         raise ValueError("lookup drafting needs the round's history (RoundInput.history)")
     seq_BW, total_B = history
-    return lookup_candidates(seq_BW, total_B, num=config.lookup,
-                             length=min(config.lookup_length, config.draft_depth),
+    return lookup_candidates(seq_BW, total_B, num=config.lookup_paths,
+                             length=min(config.lookup_path_length, config.draft_depth),
                              ngram_min=config.lookup_ngram[0], ngram_max=config.lookup_ngram[1],
                              window=config.lookup_window)
 
@@ -100,7 +100,7 @@ def lookup_cands(config: DecodeConfig, history):
 def lookup_scores(config: DecodeConfig):
     """``[n_max + 1, L]`` cumulative log acceptance of lookup nodes (``log_accept_table``)."""
     return jnp.asarray(log_accept_table(config.lookup_accept or DEFAULT_ACCEPT,
-                                        min(config.lookup_length, config.draft_depth),
+                                        min(config.lookup_path_length, config.draft_depth),
                                         config.lookup_ngram[1]))
 
 
@@ -137,7 +137,7 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
         tokens_BJ, logprobs_BJ = domino_chain(drafter.head_weights(target), z_BJH, base_BJV,
                                               t0_B, config.drafter.pure_draft_prefix_len)
     tokens_BJ = drafter.to_target(tokens_BJ)
-    if not config.lookup:
+    if not config.lookup_paths:
         return draft_from_tree(chain_tree(tokens_BJ, logprobs_BJ))
     tokens_BJ, logprobs_BJ, valid_BJ = best_chain(
         tokens_BJ, logprobs_BJ, lookup_cands(config, history) if cands is None else cands,
@@ -164,7 +164,7 @@ def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
 
     tree = jax.vmap(one)(base_BJV, z_BJH, t0_B)   # tokens in the draft vocabulary
     tree = tree._replace(tokens=drafter.to_target(tree.tokens))
-    return draft_from_tree(with_lookup(config, tree, history, cands) if config.lookup
+    return draft_from_tree(with_lookup(config, tree, history, cands) if config.lookup_paths
                            else tree)
 
 

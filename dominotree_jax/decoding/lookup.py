@@ -26,8 +26,8 @@ import numpy as np
 
 # P(lookup depth d accepted | depths < d accepted) for a match of n = 1..4 tokens, depths 0..7:
 # measured on SmolLM2's greedy answers to 300 held-out prompts of data/smollm2, 36,599 answer
-# positions (benchmarks/results/lookup/acceptance_table.json; `python -m benchmarks methods
-# lookup_table`)
+# positions (benchmarks/results/lookup/acceptance_table.json; `methods lookup_table` @
+# 77bcb80)
 DEFAULT_ACCEPT = (
     (0.23, 0.54, 0.67, 0.75, 0.76, 0.76, 0.80, 0.77),
     (0.54, 0.64, 0.72, 0.75, 0.77, 0.81, 0.80, 0.83),

@@ -41,7 +41,7 @@ from dominotree_jax.decoding.verify import verify_in_place, verify_rows
 from dominotree_jax.model.cache import KVCache, gather_rows, write_rows
 from dominotree_jax.model.drafter import DrafterContext
 from dominotree_jax.model.target import prefill
-from dominotree_jax.sampling import sample_tokens, sampling_logprobs
+from dominotree_jax.sampling import Sampling, sample_tokens, sampling_logprobs
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Bool, Float, Int, Key
@@ -98,6 +98,8 @@ class RoundInput(NamedTuple):
     # the drafter's LM-head rows of its draft vocabulary (``Drafter.head_rows``), gathered
     # once before the loop; None: none, or gathered in the round
     head_rows_CH: Float[Array, "C H"] | None = None
+    # the sampling values (runtime arrays) of a sampled config; None: the config's own
+    sampling: Sampling | None = None
 
 
 class Verified(NamedTuple):
@@ -144,19 +146,20 @@ class LoopState(NamedTuple):
     #                                 tokens committed in each round (NaN = no round)
 
 
-def first_state(pre, key, *, config: DecodeConfig, auto, stops_Be=None) -> LoopState:
+def first_state(pre, key, *, config: DecodeConfig, auto, stops_Be=None,
+                sampling: Sampling | None = None) -> LoopState:
     """The loop carry after the prefill: the first token sampled from the prompt's last
     logits (rows whose first token stops are done already). ``stops_Be``: per-row stop ids
-    (``decode``'s ``row_stop_ids``)."""
+    (``decode``'s ``row_stop_ids``); ``sampling``: runtime sampling values (else the
+    config's)."""
     B = pre.last_logits_BV.shape[0]
     Y, O = config.max_new_tokens, config.max_new_tokens + config.max_depth + 1
     key, sub = jax.random.split(key)
-    first_B = sample_tokens(sub, pre.last_logits_BV, config.temperature, config.top_k,
-                            config.top_p)
+    first_B = sample_tokens(sub, pre.last_logits_BV, *sampling_settings(config, sampling))
     out_BO = jnp.full((B, O), PAD, jnp.int32).at[:, 0].set(first_B)
     logp_BO = jnp.zeros((B, O), jnp.float32)
     if config.return_logprobs:
-        lp_BV = sampling_logprobs(pre.last_logits_BV, *logprob_filter(config))
+        lp_BV = sampling_logprobs(pre.last_logits_BV, *logprob_filter(config, sampling))
         logp_BO = logp_BO.at[:, 0].set(jnp.take_along_axis(lp_BV, first_B[:, None], 1)[:, 0])
     n_B = jnp.ones((B,), jnp.int32)
     done_B = finished(out_BO, n_B - 1, n_B, config, stops_Be)
@@ -188,20 +191,19 @@ def verify_and_keep(inp: RoundInput, draft: Draft, *, num_nodes: int, config: De
         if in_branch:
             logits_BRV, taps_BRF, kv = verify_rows(target, inp.cache, inp.t0_B, inp.start_B,
                                                    d.tokens_BN, d.depths_BN, d.ancestor_BRR,
-                                                   taps, sampled=config.temperature > 0)
+                                                   taps, sampled=config.sampled)
         else:
             logits_BRV, taps_BRF, cache, kv = verify_in_place(
                 target, inp.cache, inp.t0_B, inp.start_B, d.tokens_BN, d.depths_BN,
-                d.ancestor_BRR, taps, sampled=config.temperature > 0)
+                d.ancestor_BRR, taps, sampled=config.sampled)
     with jax.named_scope(STAGE_ACCEPT):
-        post_BR = sample_tokens(inp.key, logits_BRV, config.temperature, config.top_k,
-                                config.top_p)
+        post_BR = sample_tokens(inp.key, logits_BRV, *sampling_settings(config, inp.sampling))
         depth = min(config.draft_depth, num_nodes) if num_nodes else 0
         acc = accept_walk(d.tokens_BN, d.parents_BN, d.valid_BN, post_BR, depth)
         path_lp_BPV = None
         if config.return_logprobs:
             path_lp_BPV = sampling_logprobs(gather_rows(logits_BRV, acc.rows_BP),
-                                            *logprob_filter(config))
+                                            *logprob_filter(config, inp.sampling))
         rows = keep_rows(d, acc, kv, taps_BRF, path_lp_BPV, config.max_depth + 1, drafter,
                          inp.start_B)
     return Verified(rows=rows, first_B=post_BR[:, 0], cache=cache)
@@ -357,11 +359,12 @@ def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next
 
 
 def round_input(state: LoopState, *, lengths_B, config: DecodeConfig, prompt_BT=None,
-                with_history: bool = True, head_rows_CH=None) -> tuple[RoundInput, jax.Array]:
+                with_history: bool = True, head_rows_CH=None,
+                sampling: Sampling | None = None) -> tuple[RoundInput, jax.Array]:
     """The round's ``RoundInput`` out of the loop carry, and the key of the round after it."""
     next_key, key = jax.random.split(state.key)
     hist = None
-    if config.lookup and with_history:
+    if config.lookup_paths and with_history:
         if prompt_BT is None:
             raise ValueError("lookup drafting needs each row's prompt (round_step prompt_BT)")
         with jax.named_scope(STAGE_LOOKUP):
@@ -369,19 +372,21 @@ def round_input(state: LoopState, *, lengths_B, config: DecodeConfig, prompt_BT=
     inp = RoundInput(cache=state.cache, ctx=state.ctx,
                      t0_B=jnp.take_along_axis(state.out_BO, (state.n_B - 1)[:, None], 1)[:, 0],
                      start_B=lengths_B + state.n_B - 1, key=key, history=hist,
-                     head_rows_CH=head_rows_CH)
+                     head_rows_CH=head_rows_CH, sampling=sampling)
     return inp, next_key
 
 
 def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
                policy: AutoPolicy | None, plain_target=None, plain_drafter=None,
-               prompt_BT=None, head_rows_CH=None) -> LoopState:
+               prompt_BT=None, head_rows_CH=None, sampling: Sampling | None = None
+               ) -> LoopState:
     """One round for every batch row: the body of ``decode``'s ``while_loop``
     (``plain_target``, ``plain_drafter``: ``auto_round``'s; ``prompt_BT``: each row's prompt,
     what lookup drafting searches besides the tokens generated; ``head_rows_CH``: the
-    drafter's ``head_rows``, gathered before the loop)."""
+    drafter's ``head_rows``, gathered before the loop; ``sampling``: runtime sampling values,
+    else the config's)."""
     inp, next_key = round_input(state, lengths_B=lengths_B, config=config, prompt_BT=prompt_BT,
-                                head_rows_CH=head_rows_CH)
+                                head_rows_CH=head_rows_CH, sampling=sampling)
     size = static_size(config, policy)
     if size is not None:
         result = fixed_round(inp, size=size, config=config, target=target, drafter=drafter)
@@ -397,14 +402,16 @@ def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, dra
 
 
 def plain_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
-               policy: AutoPolicy, plain_target=None, plain_drafter=None) -> LoopState:
+               policy: AutoPolicy, plain_target=None, plain_drafter=None,
+               sampling: Sampling | None = None) -> LoopState:
     """``budget="auto"``'s round when its policy takes a plain step and has no lookup paths to
     verify (``policy.plain_runs``): what ``round_step`` does then -- the same key, token,
     cache and drafter-context rows, the policy's ``skip`` -- written as an ``ar`` round (the
     row written in place, no draft ``cond`` and no size ``switch``), so that a stretch of plain
     steps costs what ``ar``'s do (``decode`` runs these in an inner loop between rounds the
     policy may draft in)."""
-    inp, next_key = round_input(state, lengths_B=lengths_B, config=config, with_history=False)
+    inp, next_key = round_input(state, lengths_B=lengths_B, config=config, with_history=False,
+                                sampling=sampling)
     result = fixed_round(inp, size=0, config=config,
                          target=target if plain_target is None else plain_target,
                          drafter=drafter if plain_drafter is None else plain_drafter)
@@ -417,11 +424,22 @@ def plain_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, dra
 
 # ------------------------------------------------------------------ stops
 
-def logprob_filter(config: DecodeConfig) -> tuple:
-    """``(temperature, top_k, top_p)`` of the reported log-probs (``logprobs_filtered``)."""
-    if config.logprobs_filtered:
+def sampling_settings(config: DecodeConfig, sampling: Sampling | None = None) -> tuple:
+    """``(temperature, top_k, top_p)`` tokens are drawn with: ``(0, 0, 1)`` when greedy (static),
+    else the runtime ``sampling`` values, or the config's own when None."""
+    if not config.sampled:
+        return 0.0, 0, 1.0
+    if sampling is None:
         return config.temperature, config.top_k, config.top_p
-    return config.temperature, 0, 1.0
+    return tuple(sampling)
+
+
+def logprob_filter(config: DecodeConfig, sampling: Sampling | None = None) -> tuple:
+    """``(temperature, top_k, top_p)`` of the reported log-probs (``logprobs_filtered``)."""
+    temperature, top_k, top_p = sampling_settings(config, sampling)
+    if config.logprobs_filtered:
+        return temperature, top_k, top_p
+    return temperature, 0, 1.0
 
 
 def is_stop(tok_BO, config: DecodeConfig, stops_Be=None):

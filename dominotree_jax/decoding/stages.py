@@ -2,7 +2,8 @@
 
 A scope changes no computation: it is recorded in every operation's metadata (``op_name``
 ``.../stage_verify/...``), so a profile of the one compiled ``decode`` program can say where a
-round's time goes *inside* the fused round (``python -m benchmarks round inside``).
+round's time goes *inside* the fused round (``gpu round_profile``; on a CPU
+``round inside`` @ 3c231b5).
 """
 
 STAGE_PREFILL = "stage_prefill"   # the prompt's target forward (+ the drafter's context)

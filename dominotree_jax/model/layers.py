@@ -282,7 +282,8 @@ def _online_step(state, s, visible, v_BKSD, slot_axis: int = 3, fused: bool = Fa
 # A batch of at least SLOT_MAJOR_MIN_BATCH rows with at most SLOT_MAJOR_ROWS folded query rows
 # per kv head (decode steps of data collection) reads the cache slots as the *rows* of its score
 # product (``[S, U]``, keys as the left operand); everything else takes the usual ``[U, S]``
-# layout. Measured (``benchmarks/step/attention_layout.py``): on an Intel Xeon the ``[U, S]``
+# layout. Measured (``benchmarks/step/attention_layout.py`` @ 95a294e): on an Intel Xeon the
+# ``[U, S]``
 # product was 2.1x slower for a whole batch-64 AR step (623 vs 1291 ms at 640 slots), equal at
 # batch 1 and faster at batch 16 (181 vs 198 ms); on a Zen 5 ``[U, S]`` is faster at every
 # batch up to 16 (a batch-1 step at 4,000 context slots: 24.7 against 27.4 ms; one layer's pass
@@ -299,7 +300,7 @@ BUCKET_SHARE_MAX = 2
 # (``TargetModel.forward_cached_groups``, data collection) uses it: a batch-128 SmolLM2 step
 # reading 768/640/512/384 slots per group took 579 ms against 647 with the slot-major dots
 # (1.12x), the same 340 ms at up to 384 slots (AMD EPYC, 2 cores, 2026-12-03;
-# ``benchmarks/step/slot_step.py``). Other paths keep the dots, so their numbers (and the
+# ``benchmarks/step/slot_step.py`` @ 77bcb80). Other paths keep the dots, so their numbers (and the
 # T = 0 equality of every method with ``ar``) are unchanged.
 
 

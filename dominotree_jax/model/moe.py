@@ -71,7 +71,7 @@ _RAGGED_DIMS = jax.lax.RaggedDotDimensionNumbers(
 # verification: each chosen expert's weights read once); above, the grouped products (prefill
 # chunks). One layer of Qwen3-Coder-30B-A3B on an AMD EPYC (Zen 3, 2 cores): a 1-row step
 # took 239 ms in the gather form, which copies every row's expert matrices
-# (``benchmarks/step/layer_kinds.py``).
+# (``benchmarks/step/layer_kinds.py`` @ 83bd99a).
 SMALL_ROWS_MAX = 64
 
 
