@@ -64,3 +64,54 @@ def test_every_library_module_imports_without_the_extras():
                        env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.startswith("imported")
+
+
+def module_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the library modules it imports at its top level (``from pkg import name`` counts
+    ``pkg`` and, where it is a module, ``pkg.name``); imports inside functions are left out:
+    they run after every module has loaded."""
+    graph = {}
+    for m, p in mods.items():
+        names = set()
+        for n in ast.parse(p.read_text()).body:
+            if isinstance(n, ast.Import):
+                names |= {a.name for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+                names |= {n.module} | {f"{n.module}.{a.name}" for a in n.names}
+        graph[m] = {x for x in names if x in mods and x != m}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+                on.discard(comp[-1])
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph = module_graph(library_modules())
+    assert "dominotree_jax.decoding.round" in graph["dominotree_jax.decoding.decode"]
+    assert import_cycles(graph) == []

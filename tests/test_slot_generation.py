@@ -18,6 +18,7 @@ from dominotree_jax.train.data import generate, loops, slots
 from dominotree_jax.train.data.collect import collect
 from dominotree_jax.train.data.generate import generate_answers
 from dominotree_jax.train.data.shards import ShardStore
+from test_collect import toy_pool
 from test_data_pipeline import TCFG, _CharTokenizer, target  # noqa: F401 (fixture)
 
 QUIET = dict(log=lambda m: None)
@@ -132,8 +133,8 @@ def test_slot_max_batches_and_sampling(tmp_path, eos_target):  # noqa: F811
 def test_collect_refill_resumes_with_sampling_and_topk(tmp_path, target):  # noqa: F811
     t = dj.Target(TCFG, target.params, _CharTokenizer())
     data = str(tmp_path / "data")
-    kw = dict(seed=0, num_prompts=60, batch=4, max_new=8, deadline=None, request_every=0,
-              request_share=0.0, prompt_mix="v4", store_topk=3, refill=3)
+    kw = dict(seed=0, prompts=toy_pool(60), batch=4, max_new=8, deadline=None,
+              request_every=0, request_share=0.0, pool_name="toy", store_topk=3, refill=3)
     first = collect(t, data, max_batches=2, sample_share=0.5, **kw)
     man = json.load(open(os.path.join(data, "manifest.json")))
     # Two full shards (greedy, sampled), then each pool's rows in flight finished into one more.
@@ -235,8 +236,8 @@ def test_slot_errors_name_the_problem(tmp_path, target):  # noqa: F811
 
 def test_collect_refill_options_are_checked(tmp_path, target):  # noqa: F811
     t = dj.Target(TCFG, target.params, _CharTokenizer())
-    kw = dict(seed=0, num_prompts=60, batch=4, max_new=8, deadline=None, request_every=0,
-              request_share=0.0, prompt_mix="v4", max_batches=1)
+    kw = dict(seed=0, prompts=toy_pool(60), batch=4, max_new=8, deadline=None,
+              request_every=0, request_share=0.0, pool_name="toy", max_batches=1)
     with pytest.raises(ValueError, match="--loop-stop needs --refill"):
         collect(t, str(tmp_path / "b"), loop_stop=4, **kw)
 
