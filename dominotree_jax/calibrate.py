@@ -102,8 +102,8 @@ class RoundPrograms:
     def _verify_fn(self, rows: int, plain_ar: bool):
         """The jittable loop of ``verify_loop`` and its arguments."""
         from dominotree_jax.decoding.draft import draft_from_tree
-        from dominotree_jax.decoding.round import (RoundInput, commit_rows, fixed_round,
-                                                   sized_round)
+        from dominotree_jax.decoding.round import (LoopConstants, RoundInput, commit_rows,
+                                                   fixed_round, sized_round)
         from dominotree_jax.tree import chain_tree
 
         n, B = rows - 1, self.B
@@ -114,21 +114,22 @@ class RoundPrograms:
         def loop(params, plain_params, cache, ctx, t0_B, start_B):
             target, drafter = self._bind(params, config)
             # auto's plain step runs where decode runs it: on the float32 views (decode.py)
-            step_target, step_drafter = (self._bind(plain_params, config) if n == 0
-                                         else (target, drafter))
+            plain_target, plain_drafter = (self._bind(plain_params, config) if n == 0
+                                           else (None, None))
+            consts = LoopConstants(config=config, target=target, drafter=drafter,
+                                   plain_target=plain_target, plain_drafter=plain_drafter)
             out_BO = jnp.zeros((B, config.max_depth + 3), jnp.int32)
 
             def body(_, carry):
                 cache, ctx, out_BO = carry
                 inp = RoundInput(cache=cache, ctx=ctx, t0_B=t0_B, start_B=start_B,
                                  key=jax.random.key(0))
-                result = (fixed_round(inp, size=0, config=config, target=target,
-                                      drafter=drafter) if plain_ar
-                          else sized_round(inp, draft, num_nodes=n, config=config,
-                                           target=step_target, drafter=step_drafter))
-                c = commit_rows(inp, result, out_BO=out_BO, logp_BO=out_BO.astype(jnp.float32),
-                                n_B=jnp.ones((B,), jnp.int32), done_B=jnp.zeros((B,), bool),
-                                drafter=drafter)
+                result = (fixed_round(inp, consts.replace(plain_target=None,
+                                                          plain_drafter=None), size=0)
+                          if plain_ar else sized_round(inp, draft, consts, num_nodes=n))
+                c = commit_rows(inp, result, consts, out_BO=out_BO,
+                                logp_BO=out_BO.astype(jnp.float32),
+                                n_B=jnp.ones((B,), jnp.int32), done_B=jnp.zeros((B,), bool))
                 return c.cache, c.ctx, c.out_BO
 
             return jax.lax.fori_loop(0, self.rounds, body, (cache, ctx, out_BO))
@@ -164,15 +165,20 @@ class RoundPrograms:
         chain/tree build), the Domino head reading the target embedding where decode's auto
         mode reads it (the float32 view of 16-bit CPU weights)."""
         from dominotree_jax.decoding.draft import draft_round
+        from dominotree_jax.decoding.round import LoopConstants, RoundInput
 
         def loop(params, plain_params, ctx, t0_B, start_B):
             target, drafter = self._bind(params, config)
             head_target, _ = self._bind(plain_params, config)
-            head_rows_CH = drafter.head_rows(target)   # as decode: gathered before its loop
+            consts = LoopConstants(config=config, target=target, drafter=drafter,
+                                   # as decode: gathered before its loop
+                                   head_rows_CH=drafter.head_rows(target),
+                                   plain_target=head_target)
 
             def body(i, acc):
-                d = draft_round(config, target, drafter, ctx, (t0_B + i) % 7, start_B,
-                                head_target=head_target, head_rows_CH=head_rows_CH)
+                inp = RoundInput(cache=None, ctx=ctx, t0_B=(t0_B + i) % 7, start_B=start_B,
+                                 key=None)
+                d = draft_round(inp, consts)
                 return acc + d.tokens_BN.sum() + d.scores_BN.sum()
 
             return jax.lax.fori_loop(0, self.rounds, body, jnp.zeros((), jnp.float32))

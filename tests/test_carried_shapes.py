@@ -67,12 +67,12 @@ def test_decode_output_and_one_round_follow_the_legend(pair, name):
                                   tap_layers=tap_layers_for(config))
         inp = rnd.RoundInput(cache=pre.cache, ctx=pre.ctx, t0_B=lengths_B % 7,
                              start_B=lengths_B, key=jax.random.key(1))
-        draft = draft_round(config, target, drafter, pre.ctx, inp.t0_B, inp.start_B)
-        size = rnd.static_size(config, policy)
-        kw = dict(config=config, target=target, drafter=drafter)
-        result = (rnd.fixed_round(inp, size=size, **kw) if size is not None else
-                  rnd.auto_round(inp, policy.init(), live_B=jnp.ones((B,), bool),
-                                 policy=policy, **kw))
+        consts = rnd.LoopConstants(config=config, target=target, drafter=drafter,
+                                   lengths_B=lengths_B, prompt_BT=prompt_BT, policy=policy)
+        draft = draft_round(inp, consts)
+        size = rnd.static_size(consts)
+        result = (rnd.fixed_round(inp, consts, size=size) if size is not None else
+                  rnd.auto_round(inp, policy.init(), consts, live_B=jnp.ones((B,), bool)))
         return pre, inp, draft, result
 
     pre, inp, draft, result = jax.jit(one_round, compiler_options=FAST_XLA)(
@@ -102,10 +102,11 @@ def test_the_loop_state_before_and_after_a_round_follows_the_legend(pair, name):
         pre = rnd.prefill_context(target=target, drafter=drafter, prompt_BT=prompt_BT,
                                   lengths_B=lengths_B, max_len=S,
                                   tap_layers=tap_layers_for(config))
-        state = rnd.first_state(pre, jax.random.key(0), config=config,
+        consts = rnd.LoopConstants(config=config, target=target, drafter=drafter,
+                                   lengths_B=lengths_B, prompt_BT=prompt_BT, policy=policy)
+        state = rnd.first_state(pre, jax.random.key(0), consts,
                                 auto=None if policy is None else policy.init())
-        return state, rnd.round_step(state, lengths_B=lengths_B, config=config, target=target,
-                                     drafter=drafter, policy=policy)
+        return state, rnd.round_step(state, consts)
 
     before, after = jax.jit(two_states, compiler_options=FAST_XLA)(params,
                                                                    _prompt(tcfg.vocab_size))

@@ -86,9 +86,10 @@ def test_merged_trees_are_closed_sized_and_free_of_repeats(seed):
     cvalid = np.arange(L)[None] < rng.integers(0, L + 1, size=(K, 1))
     ngram = rng.integers(1, 5, size=K)
     logacc = jnp.asarray(log_accept_table(DEFAULT_ACCEPT, L, 4))
+    cscore = jnp.where(jnp.asarray(cvalid), logacc[jnp.asarray(ngram)], -jnp.inf)
     out = merge_row(jnp.asarray(tokens), jnp.asarray(parents), jnp.asarray(depths),
                     jnp.asarray(valid), jnp.asarray(scores, jnp.float32), jnp.asarray(cand),
-                    jnp.asarray(cvalid), jnp.asarray(ngram), logacc, budget=N, depth=J)
+                    jnp.asarray(cvalid), cscore, budget=N, depth=J)
     tok, par, dep, ok, sc = (np.asarray(x) for x in out)
     assert len(tok) == N
     paths = set()
@@ -257,17 +258,17 @@ def test_an_auto_round_searches_the_lookup_paths_once(monkeypatch):
     before its draft decision, and the drafter's merged tree reuses them (one search per
     round, counted while the decode is traced; it was two)."""
     import functools
-    from dominotree_jax.decoding import draft as draft_module
+    from dominotree_jax.decoding import lookup as lookup_module
     from dominotree_jax.decoding.auto_size import AutoPolicy
     from dominotree_jax.decoding.decode import decode
     searches = []
-    search = draft_module.lookup_candidates
+    search = lookup_module.lookup_candidates
 
     def counted(*args, **kw):
         searches.append(1)
         return search(*args, **kw)
 
-    monkeypatch.setattr(draft_module, "lookup_candidates", counted)
+    monkeypatch.setattr(lookup_module, "lookup_candidates", counted)
     tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
     cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", budget="auto",
                        node_topk=3, top_m=8, lookup=4, max_new_tokens=8)

@@ -15,7 +15,7 @@ from dominotree_jax.decoding.config import CHAIN_METHODS, DecodeConfig
 from dominotree_jax.decoding.draft import (
     bind_drafter_for, chain_draft, tap_layers_for, tree_draft,
 )
-from dominotree_jax.decoding.round import RoundInput, commit_rows, fixed_round
+from dominotree_jax.decoding.round import LoopConstants, RoundInput, commit_rows, fixed_round
 from dominotree_jax.decoding.verify import verify_rows
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.drafter import DrafterContext, drafter_graphdef
@@ -64,11 +64,12 @@ def _round(params, cache, ctx, out_BO, t0_B, start_B, n_B, *, config):
     """One whole round as decode runs it (``decoding.round.fixed_round`` + ``commit_rows``):
     draft (block forward + chain/tree) → verify (rows written in place) → accept → commit."""
     target, drafter = _bound(config, params)
+    consts = LoopConstants(config=config, target=target, drafter=drafter)
     inp = RoundInput(cache=cache, ctx=ctx, t0_B=t0_B, start_B=start_B, key=jax.random.key(0))
-    result = fixed_round(inp, size=config.num_draft_nodes, config=config, target=target,
-                         drafter=drafter)
-    c = commit_rows(inp, result, out_BO=out_BO, logp_BO=jnp.zeros(out_BO.shape, jnp.float32),
-                    n_B=n_B, done_B=jnp.zeros(t0_B.shape, bool), drafter=drafter)
+    result = fixed_round(inp, consts, size=config.num_draft_nodes)
+    c = commit_rows(inp, result, consts, out_BO=out_BO,
+                    logp_BO=jnp.zeros(out_BO.shape, jnp.float32), n_B=n_B,
+                    done_B=jnp.zeros(t0_B.shape, bool))
     return c.cache, c.ctx, c.out_BO, c.tau_B
 
 

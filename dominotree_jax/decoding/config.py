@@ -7,7 +7,8 @@ import functools
 from typing import Any
 
 from dominotree_jax.config import TargetConfig
-from dominotree_jax.decoding import auto_size, costs as round_costs
+from dominotree_jax.decoding import auto_size, costs as round_costs, lookup as lookup_source
+from dominotree_jax.decoding.lookup import LOOKUP_LENGTH, LOOKUP_PATHS
 from dominotree_jax.precision import Precision
 from dominotree_jax.sampling import Sampling, validate_sampling
 from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, TREE_METHODS, check_settings
@@ -15,12 +16,6 @@ from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, TREE_METHODS, ch
 CHAIN_METHODS = ("dflash", "domino")
 # "lookup": no drafter, the draft is copied from the prompt and the text so far (lookup.py)
 METHODS = ("ar",) + CHAIN_METHODS + TREE_METHODS + ("lookup",)
-# default lookup path lengths: beside a drafter, and for method "lookup" (no drafter), whose
-# paths of 16 tokens ran 1.0-1.1x as fast as paths of 8 on every set (bf16 weights, budget
-# "auto", Zen 5; benchmarks/results/lookup/bf16_host.md); a drafter's tree gained nothing
-# clear from them
-LOOKUP_LENGTH = {False: 8, True: 16}
-LOOKUP_PATHS = 4   # method "lookup"'s lookup paths per round when ``lookup`` is 0
 DRAFTER_METHODS = CHAIN_METHODS + TREE_METHODS
 
 
@@ -72,15 +67,15 @@ class DecodeConfig:
     auto_sizes: tuple[int, ...] | None = None
     auto_costs: Any = None
     auto_probe_every: int = 8
-    # lookup drafting (decoding/lookup.py): K continuations copied from the prompt and the
-    # text so far join every round's draft (0 = off; method "lookup" takes 4 when 0); matches
-    # of lookup_ngram = (min, max) tokens, longest first, starting inside the last
-    # lookup_window positions; paths of lookup_length tokens (a chain's: at most its depth;
-    # None: LOOKUP_LENGTH[method "lookup" or not], the lengths that measured best); both
-    # stay as given, their defaults resolved in ``lookup_paths`` / ``lookup_path_length``;
-    # lookup_accept: P(depth d accepted | earlier accepted) per matched n (rows) and depth
-    # (columns), the scores that rank lookup nodes against the drafter's (None: measured
-    # default, lookup.DEFAULT_ACCEPT)
+    # lookup drafting (decoding/lookup.py, which checks these): K continuations copied from
+    # the prompt and the text so far join every round's draft (0 = off; method "lookup" takes
+    # 4 when 0); matches of lookup_ngram = (min, max) tokens, longest first, starting inside
+    # the last lookup_window positions; paths of lookup_length tokens (a chain's: at most its
+    # depth; None: lookup.LOOKUP_LENGTH[method "lookup" or not], the lengths that measured
+    # best); both stay as given, their defaults resolved in ``lookup_paths`` /
+    # ``lookup_path_length``; lookup_accept: P(depth d accepted | earlier accepted) per
+    # matched n (rows) and depth (columns), the scores that rank lookup nodes against the
+    # drafter's (None: measured default, lookup.DEFAULT_ACCEPT)
     lookup: int = 0
     lookup_ngram: tuple[int, int] = (1, 4)
     lookup_length: int | None = None
@@ -130,23 +125,9 @@ class DecodeConfig:
             raise ValueError(f"stop ids outside the vocabulary: {bad}")
 
     def _check_lookup(self):
-        for name, v, least in (("lookup", self.lookup, 0),
-                               ("lookup_length", self.lookup_path_length, 1),
-                               ("lookup_window", self.lookup_window, 1)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < least:
-                raise ValueError(f"{name} must be an int >= {least}, got {v!r}")
-        ng = tuple(self.lookup_ngram)
-        object.__setattr__(self, "lookup_ngram", ng)
-        if len(ng) != 2 or not 1 <= ng[0] <= ng[1]:
-            raise ValueError(f"lookup_ngram must be (min, max) with 1 <= min <= max, got {ng!r}")
-        if self.lookup and self.method == "ar":
-            raise ValueError("lookup drafting needs a drafting method: method='lookup' (no "
-                             "drafter) or a drafter's method with lookup=K")
-        if self.lookup_accept is not None:
-            from dominotree_jax.decoding.lookup import log_accept_table
-            acc = tuple(tuple(float(x) for x in row) for row in self.lookup_accept)
-            log_accept_table(acc, self.lookup_path_length, ng[1])   # refused by name if bad
-            object.__setattr__(self, "lookup_accept", acc)
+        ngram, accept = lookup_source.checked_settings(self)
+        object.__setattr__(self, "lookup_ngram", ngram)
+        object.__setattr__(self, "lookup_accept", accept)
 
     def _resolve_auto(self):
         if isinstance(self.budget, str) and self.budget != "auto":

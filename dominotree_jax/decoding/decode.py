@@ -22,8 +22,8 @@ from dominotree_jax.decoding.commit import PAD
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import bind_drafter_for, tap_layers_for
 from dominotree_jax.decoding.stages import STAGE_PREFILL
-from dominotree_jax.decoding.round import (LoopState, first_state, plain_step, prefill_context,
-                                           repeat_prefilled, round_step)
+from dominotree_jax.decoding.round import (LoopConstants, LoopState, first_state, plain_step,
+                                           prefill_context, repeat_prefilled, round_step)
 from dominotree_jax.model.drafter import bind_drafter_float32_view
 from dominotree_jax.model.target import bind_float32_view, bind_target
 from dominotree_jax.precision import bind_view_if_needed
@@ -148,8 +148,6 @@ def _decode_program(params, inputs: checks.DecodeInputs, key, auto_state, head_C
                               dtype=jax.tree.leaves(params["target"])[0].dtype)
     if rows_B is not None:   # each distinct prompt's prefill, copied to its rows
         pre = repeat_prefilled(pre, rows_B)
-    state = first_state(pre, key, config=config, auto=None if policy is None
-                        else policy.init(auto_state), stops_Be=stops_Be, sampling=sampling)
     plain_target = plain_drafter = None   # auto's plain steps on 16-bit CPU weights: the
     if policy is not None and policy.can_pay:   # float32 views, made once before the loop
         plain_target = bind_view_if_needed(bind_float32_view, config.target, params["target"],
@@ -157,22 +155,22 @@ def _decode_program(params, inputs: checks.DecodeInputs, key, auto_state, head_C
         if drafter is not None:
             plain_drafter = bind_view_if_needed(bind_drafter_float32_view, config.drafter,
                                                 params["drafter"], "drafter parameters", B)
-    step = functools.partial(round_step, lengths_B=lengths_B, config=config, target=target,
-                             drafter=drafter, policy=policy, plain_target=plain_target,
-                             plain_drafter=plain_drafter,
-                             prompt_BT=(prompt_bT if rows_B is None else prompt_bT[rows_B]),
-                             head_rows_CH=_head_rows(drafter, target, head_CH, config),
-                             sampling=sampling)
+    # what no round changes, built once and passed down whole
+    consts = LoopConstants(config=config, target=target, drafter=drafter, lengths_B=lengths_B,
+                           prompt_BT=prompt_bT if rows_B is None else prompt_bT[rows_B],
+                           head_rows_CH=_head_rows(drafter, target, head_CH, config),
+                           sampling=sampling, stops_Be=stops_Be, policy=policy,
+                           plain_target=plain_target, plain_drafter=plain_drafter)
+    state = first_state(pre, key, consts,
+                        auto=None if policy is None else policy.init(auto_state))
+    step = functools.partial(round_step, consts=consts)
     body = step
     if policy is not None and policy.plain_runs:
         # between rounds the policy may draft in, its plain steps run as an inner loop of
         # ``ar``-like steps (``round.plain_step``): the draft cond and the size switch of an
         # auto round cost ~4% of a plain step (batch 4, Zen 5), paid every round a policy
         # that rarely drafts takes
-        plain = functools.partial(plain_step, lengths_B=lengths_B, config=config,
-                                  target=target, drafter=drafter, policy=policy,
-                                  plain_target=plain_target, plain_drafter=plain_drafter,
-                                  sampling=sampling)
+        plain = functools.partial(plain_step, consts=consts)
 
         def body(s: LoopState) -> LoopState:   # one auto round, then its plain steps
             return jax.lax.while_loop(

@@ -3,20 +3,19 @@
 one tree layout (``Draft``) for verification.
 
 ``draft_round`` runs the drafter's block forward and then ``chain_draft`` or ``tree_draft`` on
-its outputs; benchmarks call those two directly to time the stages apart.
+its outputs; benchmarks call those two directly to time the stages apart. Lookup paths (the
+round's ``lookup.propose``) join the chain or tree through ``decoding/lookup.py``.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from dominotree_jax.decoding import lookup
 from dominotree_jax.decoding.config import CHAIN_METHODS, DecodeConfig
-from dominotree_jax.decoding.lookup import (DEFAULT_ACCEPT, best_chain, log_accept_table,
-                                            lookup_candidates, merge_row)
 from dominotree_jax.decoding.stages import STAGE_DRAFT, STAGE_TREE
 from dominotree_jax.domino_head import dflash_chain, domino_chain
 from dominotree_jax.model.drafter import bind_drafter
@@ -25,6 +24,8 @@ from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Bool, Float, Int
+
+    from dominotree_jax.decoding.round import LoopConstants, RoundInput
 
 
 class Draft(NamedTuple):
@@ -86,51 +87,12 @@ def first_nodes(draft: Draft, n: int) -> Draft:
                  draft.scores_BN[:, :n])
 
 
-def lookup_cands(config: DecodeConfig, history):
-    """This round's lookup candidates from ``history = (seq [B, W], total [B])``."""
-    if history is None:
-        raise ValueError("lookup drafting needs the round's history (RoundInput.history)")
-    seq_BW, total_B = history
-    return lookup_candidates(seq_BW, total_B, num=config.lookup_paths,
-                             length=min(config.lookup_path_length, config.draft_depth),
-                             ngram_min=config.lookup_ngram[0], ngram_max=config.lookup_ngram[1],
-                             window=config.lookup_window)
-
-
-def lookup_scores(config: DecodeConfig):
-    """``[n_max + 1, L]`` cumulative log acceptance of lookup nodes (``log_accept_table``)."""
-    return jnp.asarray(log_accept_table(config.lookup_accept or DEFAULT_ACCEPT,
-                                        min(config.lookup_path_length, config.draft_depth),
-                                        config.lookup_ngram[1]))
-
-
-def with_lookup(config: DecodeConfig, tree: Tree, history, cands=None) -> Tree:
-    """``tree`` (a batch) and this round's lookup paths merged under the same budget
-    (``cands``: ``lookup_cands(config, history)`` when found already)."""
-    cands = lookup_cands(config, history) if cands is None else cands
-    logacc = lookup_scores(config)
-    merge = functools.partial(merge_row, budget=tree.tokens.shape[-1], depth=config.draft_depth)
-    tok, par, dep, _, sc = jax.vmap(merge, in_axes=(0,) * 8 + (None,))(
-        tree.tokens, tree.parents, tree.depths, tree.valid, tree.scores, cands.tokens_BKL,
-        cands.valid_BKL, cands.ngram_BK, logacc)
-    return Tree(tok, par, dep, sc, jnp.sum(dep >= 0, axis=-1).astype(jnp.int32))
-
-
-def lookup_draft(config: DecodeConfig, batch: int, history, cands=None) -> Draft:
-    """``method="lookup"``: the best ``budget`` lookup nodes, no drafter (``cands``: as in
-    ``with_lookup``)."""
-    N = config.num_draft_nodes
-    empty = Tree(jnp.zeros((batch, N), jnp.int32), jnp.full((batch, N), -1, jnp.int32),
-                 jnp.full((batch, N), -1, jnp.int32), jnp.full((batch, N), -jnp.inf),
-                 jnp.zeros((batch,), jnp.int32))
-    return draft_from_tree(with_lookup(config, empty, history, cands))
-
-
 def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
-                history=None, cands=None) -> Draft:
+                paths=None) -> Draft:
     """Greedy chain of ``J`` nodes: DFlash (argmax of the base logits) or Domino (corrected).
     ``target``: whose token embedding the Domino head reads. The chain and tree builders work
-    over the drafter's draft vocabulary; the ``Draft`` holds target ids."""
+    over the drafter's draft vocabulary; the ``Draft`` holds target ids. ``paths``: the
+    round's lookup paths (``lookup.propose``) when ``config.lookup_paths``."""
     if config.method == "dflash":
         tokens_BJ, logprobs_BJ = dflash_chain(base_BJV)
     else:
@@ -139,20 +101,14 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
     tokens_BJ = drafter.to_target(tokens_BJ)
     if not config.lookup_paths:
         return draft_from_tree(chain_tree(tokens_BJ, logprobs_BJ))
-    tokens_BJ, logprobs_BJ, valid_BJ = best_chain(
-        tokens_BJ, logprobs_BJ, lookup_cands(config, history) if cands is None else cands,
-        lookup_scores(config))
-    tree = chain_tree(tokens_BJ, jnp.where(valid_BJ, logprobs_BJ, 0.0))
-    return draft_from_tree(tree._replace(depths=jnp.where(valid_BJ, tree.depths, -1),
-                                         parents=jnp.where(valid_BJ, tree.parents, -1),
-                                         tokens=jnp.where(valid_BJ, tree.tokens, 0)))
+    return draft_from_tree(lookup.merge_into_chain(tokens_BJ, logprobs_BJ, paths))
 
 
 def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
-               history=None, cands=None) -> Draft:
+               paths=None) -> Draft:
     """Best-first tree of ``num_draft_nodes`` per batch row (``ddtree`` marginal,
     ``condstatic`` one correction per depth along the greedy path, ``dominotree`` conditional
-    on each node's path through the Domino head)."""
+    on each node's path through the Domino head); ``paths``: as in ``chain_draft``."""
     head = (drafter.head_weights(target) if config.method in CORRECTED_TREE_METHODS else None)
 
     def one(base_JV, z_JH, t0):
@@ -164,27 +120,31 @@ def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
 
     tree = jax.vmap(one)(base_BJV, z_BJH, t0_B)   # tokens in the draft vocabulary
     tree = tree._replace(tokens=drafter.to_target(tree.tokens))
-    return draft_from_tree(with_lookup(config, tree, history, cands) if config.lookup_paths
+    return draft_from_tree(lookup.merge_into_tree(config, tree, paths) if config.lookup_paths
                            else tree)
 
 
-def draft_round(config: DecodeConfig, target, drafter, ctx, t0_B, start_B,
-                head_target=None, history=None, head_rows_CH=None, cands=None) -> Draft:
-    """The drafter's block forward after ``t0`` at positions ``start …``, then the chain or
-    tree built on its outputs. ``head_target`` (default ``target``): the target whose token
-    embedding the Domino head's float32 products read -- ``auto_round`` passes the float32
-    view of 16-bit weights made before the loop, so the embedding is not upcast every round.
-    ``history`` = ``(seq [B, W], total [B])``: the text so far, for lookup drafting
-    (``cands``: its lookup candidates, when the round found them already: ``auto_round``).
-    ``head_rows_CH``: the drafter's ``head_rows(target)``, gathered once before the loop."""
+def lookup_draft(config: DecodeConfig, paths) -> Draft:
+    """``method="lookup"`` (and a round the drafter sits out): the best ``num_draft_nodes``
+    lookup nodes of ``paths`` alone (``lookup.tree_of_paths``)."""
+    return draft_from_tree(lookup.tree_of_paths(config, paths))
+
+
+def draft_round(inp: RoundInput, consts: LoopConstants) -> Draft:
+    """The drafter's block forward after the root ``inp.t0_B`` at positions ``inp.start_B …``
+    (reading ``inp.ctx``), then the chain or tree built on its outputs, the round's lookup paths
+    (``inp.lookup``) joined to it; method ``"lookup"``: the paths alone. The Domino head reads
+    the token embedding of ``consts.head_target``; the drafter's head rows are
+    ``consts.head_rows_CH`` (gathered once before the loop; None: here)."""
+    config, drafter = consts.config, consts.drafter
     if config.method == "ar":
-        return empty_draft(t0_B.shape[0])
+        return empty_draft(inp.t0_B.shape[0])
     if config.method == "lookup":
         with jax.named_scope(STAGE_TREE):
-            return lookup_draft(config, t0_B.shape[0], history, cands)
+            return lookup_draft(config, inp.lookup)
     with jax.named_scope(STAGE_DRAFT):
-        z_BJH, base_BJV = drafter.draft(target, ctx, t0_B, start_B, head_rows_CH)
+        z_BJH, base_BJV = drafter.draft(consts.target, inp.ctx, inp.t0_B, inp.start_B,
+                                        consts.head_rows_CH)
     build = chain_draft if config.method in CHAIN_METHODS else tree_draft
     with jax.named_scope(STAGE_TREE):
-        return build(config, target if head_target is None else head_target, drafter, z_BJH,
-                     base_BJV, t0_B, history, cands)
+        return build(config, consts.head_target, drafter, z_BJH, base_BJV, inp.t0_B, inp.lookup)

@@ -1,5 +1,14 @@
-"""Lookup drafting (docs/algorithm.md §4b): continuations copied from the prompt and the text
-so far, as draft branches beside (or instead of) the drafter's.
+"""Lookup drafting (docs/algorithm.md §4b), one draft source: continuations copied from the
+prompt and the text so far, as draft branches beside (or instead of) the drafter's.
+
+What the round calls (nothing else reads the lookup settings):
+
+- ``propose``: this round's lookup paths for every row (``Candidates``: tokens, validity, the
+  matched n-gram length, and each node's score), from the row's prompt and generated tokens;
+- ``merge_into_tree`` / ``merge_into_chain``: the drafter's tree (or chain) and the paths under
+  one budget; ``tree_of_paths``: the paths alone (method ``"lookup"``, and the rounds of
+  ``budget="auto"`` that the drafter sits out);
+- ``checked_settings``: ``DecodeConfig``'s lookup fields checked by name.
 
 ``lookup_candidates`` finds, for every batch row, the places where the sequence's last ``n``
 tokens occurred before (``n`` from ``ngram_max`` down to ``ngram_min``: longest match first,
@@ -7,22 +16,25 @@ then the latest), and returns the ``K`` tokens' continuations of length ``L`` th
 fixed shapes, no host round trip, rows independent. ``reference_candidates`` is the same in
 plain Python (tests).
 
-``merge_lookup`` puts them into one round's ``Draft`` under the same node budget: a lookup
-node's score is the log of the probability that it is accepted, from a per-(n-gram, depth)
-acceptance table measured on the target's own answers (``DEFAULT_ACCEPT``), so lookup nodes and
-the drafter's nodes (scored by the drafter's path log-probability) compete for the budget;
-nodes that repeat a path already in the tree are merged into it. For a chain method the row
-keeps whichever of the chain and the best lookup path has the longer expected accepted length.
-Verification decides what is kept, so the output stays exactly the target's.
+A lookup node's score is the log of the probability that it is accepted, from a per-(n-gram,
+depth) acceptance table measured on the target's own answers (``DEFAULT_ACCEPT``), so lookup
+nodes and the drafter's nodes (scored by the drafter's path log-probability) compete for the
+budget (``merge_row``); nodes that repeat a path already in the tree are merged into it. For a
+chain method the row keeps whichever of the chain and the best lookup path has the longer
+expected accepted length (``best_chain``). Verification decides what is kept, so the output
+stays exactly the target's.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from dominotree_jax.tree import Tree, chain_tree
 
 # P(lookup depth d accepted | depths < d accepted) for a match of n = 1..4 tokens, depths 0..7:
 # measured on SmolLM2's greedy answers to 300 held-out prompts of data/smollm2, 36,599 answer
@@ -36,10 +48,109 @@ DEFAULT_ACCEPT = (
 )
 
 
+# default lookup path lengths: beside a drafter, and for method "lookup" (no drafter), whose
+# paths of 16 tokens ran 1.0-1.1x as fast as paths of 8 on every set (bf16 weights, budget
+# "auto", Zen 5; benchmarks/results/lookup/bf16_host.md); a drafter's tree gained nothing
+# clear from them
+LOOKUP_LENGTH = {False: 8, True: 16}
+LOOKUP_PATHS = 4   # method "lookup"'s lookup paths per round when ``lookup`` is 0
+
+
 class Candidates(NamedTuple):
+    """``K`` lookup paths of ``L`` tokens per row."""
     tokens_BKL: jax.Array   # int32 continuation tokens
     valid_BKL: jax.Array    # bool: the token exists (inside the sequence so far)
     ngram_BK: jax.Array     # int32 matched length n (0: no candidate)
+    # float32 each node's cumulative log acceptance (``log_accept_table`` at its path's n and
+    # its depth), -inf where invalid: the score it competes with (``propose`` fills it)
+    scores_BKL: jax.Array | None = None
+
+
+def checked_settings(config) -> tuple[tuple[int, int], tuple | None]:
+    """``DecodeConfig``'s lookup fields checked by name (``ValueError``), and its
+    ``(lookup_ngram, lookup_accept)`` as tuples."""
+    for name, v, least in (("lookup", config.lookup, 0),
+                           ("lookup_length", config.lookup_path_length, 1),
+                           ("lookup_window", config.lookup_window, 1)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {v!r}")
+    ng = tuple(config.lookup_ngram)
+    if len(ng) != 2 or not 1 <= ng[0] <= ng[1]:
+        raise ValueError(f"lookup_ngram must be (min, max) with 1 <= min <= max, got {ng!r}")
+    if config.lookup and config.method == "ar":
+        raise ValueError("lookup drafting needs a drafting method: method='lookup' (no "
+                         "drafter) or a drafter's method with lookup=K")
+    acc = config.lookup_accept
+    if acc is not None:
+        acc = tuple(tuple(float(x) for x in row) for row in acc)
+        log_accept_table(acc, config.lookup_path_length, ng[1])   # refused by name if bad
+    return ng, acc
+
+
+# ---------------------------------------------------------------------------- the draft source
+
+def path_length(config) -> int:
+    """``L``: tokens per lookup path in a round, ``lookup_path_length`` cut to the round's
+    ``draft_depth`` (a chain's paths to its ``J`` rows)."""
+    return min(config.lookup_path_length, config.draft_depth)
+
+
+def score_table(config):
+    """``[n_max + 1, L]`` cumulative log acceptance of lookup nodes (``log_accept_table`` of
+    ``lookup_accept``, else ``DEFAULT_ACCEPT``)."""
+    return jnp.asarray(log_accept_table(config.lookup_accept or DEFAULT_ACCEPT,
+                                        path_length(config), config.lookup_ngram[1]))
+
+
+def propose(config, prompt_BT, lengths_B, out_BO, n_B) -> Candidates:
+    """This round's ``config.lookup_paths`` lookup paths per row, scored: each row's text so far
+    (its prompt, right-padded in ``prompt_BT``, then its ``n_B`` tokens of ``out_BO``)
+    searched by ``lookup_candidates``."""
+    seq_BW, total_B = history(prompt_BT, lengths_B, out_BO, n_B)
+    found = lookup_candidates(seq_BW, total_B, num=config.lookup_paths,
+                              length=path_length(config), ngram_min=config.lookup_ngram[0],
+                              ngram_max=config.lookup_ngram[1], window=config.lookup_window)
+    return found._replace(scores_BKL=jnp.where(found.valid_BKL,
+                                               score_table(config)[found.ngram_BK], -jnp.inf))
+
+
+def _proposed(paths: Candidates | None) -> Candidates:
+    if paths is None or paths.scores_BKL is None:
+        raise ValueError("lookup drafting needs the round's lookup paths (RoundInput.lookup, "
+                         "from lookup.propose)")
+    return paths
+
+
+def merge_into_tree(config, tree: Tree, paths: Candidates) -> Tree:
+    """``tree`` (a batch, in pop order) and the lookup ``paths`` merged under the tree's budget
+    (``merge_row``), nodes up to ``config.draft_depth`` deep."""
+    paths = _proposed(paths)
+    merge = functools.partial(merge_row, budget=tree.tokens.shape[-1], depth=config.draft_depth)
+    tok, par, dep, _, sc = jax.vmap(merge)(
+        tree.tokens, tree.parents, tree.depths, tree.valid, tree.scores, paths.tokens_BKL,
+        paths.valid_BKL, paths.scores_BKL)
+    return Tree(tok, par, dep, sc, jnp.sum(dep >= 0, axis=-1).astype(jnp.int32))
+
+
+def tree_of_paths(config, paths: Candidates) -> Tree:
+    """The best ``config.num_draft_nodes`` lookup nodes alone, no drafter (method
+    ``"lookup"``; the rounds of ``budget="auto"`` the drafter sits out)."""
+    B, N = _proposed(paths).tokens_BKL.shape[0], config.num_draft_nodes
+    empty = Tree(jnp.zeros((B, N), jnp.int32), jnp.full((B, N), -1, jnp.int32),
+                 jnp.full((B, N), -1, jnp.int32), jnp.full((B, N), -jnp.inf),
+                 jnp.zeros((B,), jnp.int32))
+    return merge_into_tree(config, empty, paths)
+
+
+def merge_into_chain(tokens_BJ, logprobs_BJ, paths: Candidates) -> Tree:
+    """A chain method's round: per row, the drafter's chain (``tokens_BJ``, per-node
+    ``logprobs_BJ``) or its best lookup path (``best_chain``), as a chain tree whose nodes
+    past the lookup path's end are invalid."""
+    tokens_BJ, logprobs_BJ, valid_BJ = best_chain(tokens_BJ, logprobs_BJ, _proposed(paths))
+    tree = chain_tree(tokens_BJ, jnp.where(valid_BJ, logprobs_BJ, 0.0))
+    return tree._replace(depths=jnp.where(valid_BJ, tree.depths, -1),
+                         parents=jnp.where(valid_BJ, tree.parents, -1),
+                         tokens=jnp.where(valid_BJ, tree.tokens, 0))
 
 
 def history(prompt_BT, lengths_B, out_BO, n_B):
@@ -132,16 +243,17 @@ def _path_tokens(tokens_N, parents_N, depths_N, J: int):
     return P
 
 
-def merge_row(tokens_N, parents_N, depths_N, valid_N, scores_N, cand_KL, cvalid_KL, ngram_K,
-              logacc_nL, *, budget: int, depth: int):
+def merge_row(tokens_N, parents_N, depths_N, valid_N, scores_N, cand_KL, cvalid_KL, cscore_KL,
+              *, budget: int, depth: int):
     """One row: the ``budget`` best nodes of the drafter's tree and the lookup paths (pop order:
-    score, then depth), duplicates merged → ``(tokens, parents, depths, valid, scores)``."""
+    score, then depth), duplicates merged → ``(tokens, parents, depths, valid, scores)``.
+    ``cscore_KL``: the lookup nodes' scores (``Candidates.scores_BKL``)."""
     N, (K, L) = tokens_N.shape[0], cand_KL.shape
     J = depth
     L = min(L, J)
     cand_KL, cvalid_KL = cand_KL[:, :L], cvalid_KL[:, :L]
     # lookup node (k, d): cumulative log acceptance; valid while the candidate's tokens exist
-    lscore_KL = jnp.where(cvalid_KL, logacc_nL[ngram_K][:, :L], -jnp.inf)
+    lscore_KL = jnp.where(cvalid_KL, cscore_KL[:, :L], -jnp.inf)
     prefix_eq = jnp.cumprod(  # [K, K', L]: candidates k and k' agree on depths 0..d
         (cand_KL[:, None] == cand_KL[None]) & cvalid_KL[:, None] & cvalid_KL[None], axis=2
     ).astype(bool)
@@ -183,15 +295,15 @@ def merge_row(tokens_N, parents_N, depths_N, valid_N, scores_N, cand_KL, cvalid_
             jnp.where(sel_keep, s_U[order], -jnp.inf))
 
 
-def best_chain(tokens_BJ, logprobs_BJ, cands: Candidates, logacc_nL):
-    """Chain methods: per row, the drafter's chain or the best lookup path, whichever has the
-    longer expected accepted length ``Σ_d exp(cumulative log-prob)`` → ``(tokens, logprobs,
-    valid)`` ``[B, J]``."""
+def best_chain(tokens_BJ, logprobs_BJ, cands: Candidates):
+    """Chain methods: per row, the drafter's chain or the best lookup path (scored
+    ``cands.scores_BKL``), whichever has the longer expected accepted length
+    ``Σ_d exp(cumulative log-prob)`` → ``(tokens, logprobs, valid)`` ``[B, J]``."""
     B, J = tokens_BJ.shape
     L = min(J, cands.tokens_BKL.shape[2])
     cum_BJ = jnp.cumsum(logprobs_BJ, axis=1)
     chain_E = jnp.sum(jnp.exp(cum_BJ), axis=1)
-    lsc_BKL = jnp.where(cands.valid_BKL[:, :, :L], logacc_nL[cands.ngram_BK][:, :, :L], -jnp.inf)
+    lsc_BKL = jnp.where(cands.valid_BKL[:, :, :L], cands.scores_BKL[:, :, :L], -jnp.inf)
     look_E_BK = jnp.sum(jnp.exp(lsc_BKL), axis=2)
     k_B = jnp.argmax(look_E_BK, axis=1)
     use_B = jnp.max(look_E_BK, axis=1) > chain_E

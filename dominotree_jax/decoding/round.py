@@ -1,9 +1,11 @@
 """One round of ``decode`` as importable functions (docs/algorithm.md §5), and the prefill.
 
 ``decode`` is ``prefill_context``, ``first_state`` (the first token; the ``LoopState`` carry),
-then ``jax.lax.while_loop`` over ``round_step``. A round, for
-every batch row, from the ``RoundInput`` (cache, drafter context, root token ``t0`` at position
-``start``, a sampling key):
+then ``jax.lax.while_loop`` over ``round_step``. What stays the same from round to round (the
+config, the bound models, prompts and prompt lengths, sampling values, the policy...) is one
+``LoopConstants``, built once before the loop and passed down whole. A round, for every batch
+row, from the ``RoundInput`` (cache, drafter context, root token ``t0`` at position ``start``, a
+sampling key, the lookup paths):
 
 1. draft: ``draft.draft_round`` (nothing for ``ar``, a chain, or a best-first tree);
 2. verify, accept, keep: ``verify_and_keep`` (one target forward over the root and the first
@@ -21,8 +23,9 @@ Benchmarks and the calibration time these same functions, so they measure what d
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,10 +34,11 @@ from dominotree_jax.decoding.accept import accept_walk
 from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState
 from dominotree_jax.decoding.commit import (PAD, Committed, RoundRows, absorb_kept, commit,
                                             keep_rows, write_kept)
+from dominotree_jax.decoding import lookup
 from dominotree_jax.decoding.config import DecodeConfig
-from dominotree_jax.decoding.draft import (Draft, draft_round, first_nodes, lookup_cands,
-                                           lookup_draft, skipped_draft, tap_layers_for)
-from dominotree_jax.decoding.lookup import history
+from dominotree_jax.decoding.draft import (Draft, draft_round, first_nodes, lookup_draft,
+                                           skipped_draft, tap_layers_for)
+from dominotree_jax.decoding.lookup import Candidates
 from dominotree_jax.decoding.stages import (STAGE_ACCEPT, STAGE_AUTO, STAGE_COMMIT,
                                             STAGE_LOOKUP, STAGE_VERIFY)
 from dominotree_jax.decoding.verify import verify_in_place, verify_rows
@@ -86,20 +90,63 @@ def repeat_prefilled(pre: Prefilled, rows_B) -> Prefilled:
                      last_logits_BV=take(pre.last_logits_BV, 0))
 
 
-class RoundInput(NamedTuple):
-    """What a round reads: the committed state of every row and this round's key."""
-    cache: KVCache                 # target K/V, per layer [B, K, S, D]; committed below start
-    ctx: DrafterContext | None     # drafter context of the committed rows (None for ``ar``)
-    t0_B: Int[Array, " B"]          # the root: the last committed token
-    start_B: Int[Array, " B"]       # the root's absolute position
-    key: Key[Array, ""]            # PRNG key of this round's sampling
-    # lookup drafting: (prompt + generated tokens [B, W] packed left, their count [B])
-    history: tuple | None = None
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=("target", "drafter", "lengths_B", "prompt_BT", "head_rows_CH",
+                                "sampling", "stops_Be", "plain_target", "plain_drafter"),
+                   meta_fields=("config", "policy"))
+@dataclasses.dataclass(frozen=True)
+class LoopConstants:
+    """What every round of one ``decode`` reads and no round changes, built once before the
+    loop (``decode``) and passed down whole. Only ``config`` and ``target`` are needed to run a
+    round outside ``decode`` (benchmarks, the calibration); the rest default to "none"."""
+    config: DecodeConfig            # static
+    target: Any                     # the target model over its parameters
+    drafter: Any = None             # the drafter (None for ``ar`` and ``lookup``)
+    lengths_B: Int[Array, " B"] | None = None   # each row's prompt length
+    # each row's prompt, right-padded: what lookup drafting searches besides the tokens
+    # generated (``lookup.propose``)
+    prompt_BT: Int[Array, "B T"] | None = None
     # the drafter's LM-head rows of its draft vocabulary (``Drafter.head_rows``), gathered
     # once before the loop; None: none, or gathered in the round
     head_rows_CH: Float[Array, "C H"] | None = None
     # the sampling values (runtime arrays) of a sampled config; None: the config's own
     sampling: Sampling | None = None
+    stops_Be: Int[Array, "B e"] | None = None   # each row's own stop ids (-1 = none), besides
+    #                                              config.stop_ids (decode's row_stop_ids)
+    policy: AutoPolicy | None = None   # budget="auto": the draft-size policy (static)
+    # budget="auto": the target a plain step (size 0) runs and whose token embedding the
+    # Domino head reads, e.g. the float32 view of 16-bit weights made before the loop
+    # (``target.bind_float32_view``); None: ``target``
+    plain_target: Any = None
+    # ... the drafter whose context rows a plain step computes
+    # (``drafter.bind_drafter_float32_view``); None: ``drafter``
+    plain_drafter: Any = None
+
+    @property
+    def head_target(self):
+        """The target whose token embedding the Domino head reads."""
+        return self.target if self.plain_target is None else self.plain_target
+
+    def for_plain_step(self) -> "LoopConstants":
+        """These constants with a plain step's models as ``target`` and ``drafter``."""
+        return dataclasses.replace(self, target=self.head_target,
+                                   drafter=(self.drafter if self.plain_drafter is None
+                                            else self.plain_drafter))
+
+    def replace(self, **kw) -> "LoopConstants":
+        return dataclasses.replace(self, **kw)
+
+
+class RoundInput(NamedTuple):
+    """What a round reads that changes from round to round: the committed state of every row,
+    this round's key and lookup paths."""
+    cache: KVCache                 # target K/V, per layer [B, K, S, D]; committed below start
+    ctx: DrafterContext | None     # drafter context of the committed rows (None for ``ar``)
+    t0_B: Int[Array, " B"]          # the root: the last committed token
+    start_B: Int[Array, " B"]       # the root's absolute position
+    key: Key[Array, ""]            # PRNG key of this round's sampling
+    # lookup drafting: this round's lookup paths (``lookup.propose``), else None
+    lookup: Candidates | None = None
 
 
 class Verified(NamedTuple):
@@ -140,18 +187,15 @@ class LoopState(NamedTuple):
     feats_BWF: Float[Array, "B W F"] | None = None  # tapped features by position
     #                                                 (return_features only)
     auto: AutoState | None = None   # policy state (budget="auto" only)
-    stops_Be: Int[Array, "B e"] | None = None  # each row's own stop ids (-1 = none), besides
-    #                                            config.stop_ids (decode's row_stop_ids)
     expected_BY: Float[Array, "B Y"] | None = None  # budget="auto": the policy's expected
     #                                 tokens committed in each round (NaN = no round)
 
 
-def first_state(pre, key, *, config: DecodeConfig, auto, stops_Be=None,
-                sampling: Sampling | None = None) -> LoopState:
+def first_state(pre, key, consts: LoopConstants, *, auto) -> LoopState:
     """The loop carry after the prefill: the first token sampled from the prompt's last
-    logits (rows whose first token stops are done already). ``stops_Be``: per-row stop ids
-    (``decode``'s ``row_stop_ids``); ``sampling``: runtime sampling values (else the
-    config's)."""
+    logits (rows whose first token stops are done already; ``consts.stops_Be``: per-row stop
+    ids; ``consts.sampling``: runtime sampling values, else the config's)."""
+    config, sampling, stops_Be = consts.config, consts.sampling, consts.stops_Be
     B = pre.last_logits_BV.shape[0]
     Y, O = config.max_new_tokens, config.max_new_tokens + config.max_depth + 1
     key, sub = jax.random.split(key)
@@ -171,19 +215,20 @@ def first_state(pre, key, *, config: DecodeConfig, auto, stops_Be=None,
                      done_B=done_B, rounds_B=jnp.zeros((B,), jnp.int32),
                      taus_BY=jnp.zeros((B, Y), jnp.int32),
                      sizes_BY=jnp.full((B, Y), -1, jnp.int32), key=key, feats_BWF=feats_BWF,
-                     auto=auto, stops_Be=stops_Be,
+                     auto=auto,
                      expected_BY=None if auto is None else jnp.full((B, Y), jnp.nan, jnp.float32))
-
 
 
 # ------------------------------------------------------------------ steps 2-3 and the fork
 
-def verify_and_keep(inp: RoundInput, draft: Draft, *, num_nodes: int, config: DecodeConfig,
-                    target, drafter, in_branch: bool = False) -> Verified:
-    """Verify the root and the first ``num_nodes`` draft nodes (static), sample the target's
-    token after every row, walk the acceptance path and keep its rows (``P`` slots). Inside a
-    ``lax.switch`` branch (``in_branch``) the cache is only read (a branch that writes it makes
-    XLA copy it whole every round); otherwise every row is written in place first."""
+def verify_and_keep(inp: RoundInput, draft: Draft, consts: LoopConstants, *, num_nodes: int,
+                    in_branch: bool = False) -> Verified:
+    """Verify the root and the first ``num_nodes`` draft nodes (static) with ``consts.target``,
+    sample the target's token after every row, walk the acceptance path and keep its rows
+    (``P`` slots; their drafter-context rows by ``consts.drafter``). Inside a ``lax.switch``
+    branch (``in_branch``) the cache is only read (a branch that writes it makes XLA copy it
+    whole every round); otherwise every row is written in place first."""
+    config, target = consts.config, consts.target
     d = first_nodes(draft, num_nodes) if draft.tokens_BN.shape[1] != num_nodes else draft
     taps = tap_layers_for(config)
     cache = None
@@ -197,38 +242,35 @@ def verify_and_keep(inp: RoundInput, draft: Draft, *, num_nodes: int, config: De
                 target, inp.cache, inp.t0_B, inp.start_B, d.tokens_BN, d.depths_BN,
                 d.ancestor_BRR, taps, sampled=config.sampled)
     with jax.named_scope(STAGE_ACCEPT):
-        post_BR = sample_tokens(inp.key, logits_BRV, *sampling_settings(config, inp.sampling))
+        post_BR = sample_tokens(inp.key, logits_BRV, *sampling_settings(config, consts.sampling))
         depth = min(config.draft_depth, num_nodes) if num_nodes else 0
         acc = accept_walk(d.tokens_BN, d.parents_BN, d.valid_BN, post_BR, depth)
         path_lp_BPV = None
         if config.return_logprobs:
             path_lp_BPV = sampling_logprobs(gather_rows(logits_BRV, acc.rows_BP),
-                                            *logprob_filter(config, inp.sampling))
-        rows = keep_rows(d, acc, kv, taps_BRF, path_lp_BPV, config.max_depth + 1, drafter,
-                         inp.start_B)
+                                            *logprob_filter(config, consts.sampling))
+        rows = keep_rows(d, acc, kv, taps_BRF, path_lp_BPV, config.max_depth + 1,
+                         consts.drafter, inp.start_B)
     return Verified(rows=rows, first_B=post_BR[:, 0], cache=cache)
 
 
-def static_size(config: DecodeConfig, policy: AutoPolicy | None) -> int | None:
+def static_size(consts: LoopConstants) -> int | None:
     """The draft size when it is static: the budget, or 0 when auto mode can never pay to
     draft; None when ``auto_round`` picks it every round."""
+    policy = consts.policy
     if policy is None:
-        return config.num_draft_nodes
+        return consts.config.num_draft_nodes
     return None if policy.can_pay or policy.lookup_can_pay else 0
 
 
-def fixed_round(inp: RoundInput, *, size: int, config: DecodeConfig, target,
-                drafter) -> RoundResult:
+def fixed_round(inp: RoundInput, consts: LoopConstants, *, size: int) -> RoundResult:
     """Draft ``size`` nodes (static; 0: a plain step), verify, accept, keep. A chain's (or a
     plain step's) accepted rows are verify rows ``0 .. a``, already at their slots; a tree's
     are written there."""
     B = inp.t0_B.shape[0]
-    draft = (draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
-                         history=inp.history, head_rows_CH=inp.head_rows_CH) if size
-             else skipped_draft(B, 0))
-    v = verify_and_keep(inp, draft, num_nodes=size, config=config, target=target,
-                        drafter=drafter)
-    in_place = not config.is_tree or size == 0
+    draft = draft_round(inp, consts) if size else skipped_draft(B, 0)
+    v = verify_and_keep(inp, draft, consts, num_nodes=size)
+    in_place = not consts.config.is_tree or size == 0
     with jax.named_scope(STAGE_COMMIT):
         cache = (absorb_kept(v.cache, v.rows) if in_place
                  else write_kept(v.cache, v.rows, inp.start_B))
@@ -236,27 +278,21 @@ def fixed_round(inp: RoundInput, *, size: int, config: DecodeConfig, target,
                        auto=None)
 
 
-def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
-               config: DecodeConfig, target, drafter, plain_target=None,
-               plain_drafter=None) -> RoundResult:
-    """``budget="auto"``: draft or not, pick a size for the batch (``auto_size.py``), run that
-    size's ``lax.switch`` branch (the cache only read), then write the kept rows outside it
-    and update the policy state. ``live_B``: rows not done (only they count).
-    ``plain_target``: the target the plain-step branch (size 0) runs and whose embedding the
-    Domino head reads, e.g. the float32 view of 16-bit weights made before the loop
-    (``target.bind_float32_view``); default ``target``. ``plain_drafter``: the drafter whose
-    context rows the plain-step branch computes (``drafter.bind_drafter_float32_view``);
-    default ``drafter``."""
+def auto_round(inp: RoundInput, auto: AutoState, consts: LoopConstants, *,
+               live_B) -> RoundResult:
+    """``budget="auto"``: draft or not, pick a size for the batch (``consts.policy``,
+    ``auto_size.py``), run that size's ``lax.switch`` branch (the cache only read; the plain
+    step's branch on ``consts.for_plain_step()``), then write the kept rows outside it and
+    update the policy state. ``live_B``: rows not done (only they count)."""
+    config, policy = consts.config, consts.policy
     B = inp.t0_B.shape[0]
-    plain_target = target if plain_target is None else plain_target
-    plain_drafter = drafter if plain_drafter is None else plain_drafter
+    plain = consts.for_plain_step()
     # a round the drafter sits out: a plain step, or (lookup drafting) the lookup paths alone,
-    # found before the drafter runs so that the policy can weigh them against a draft
-    cands = None   # the lookup search, once: the merged tree reuses what it found
+    # weighed by the policy against a draft before the drafter runs (the merged tree reuses
+    # the same paths: one search a round, in ``round_input``)
     if policy.lookup_can_pay:
         with jax.named_scope(STAGE_LOOKUP):
-            cands = lookup_cands(config, inp.history)
-            looked = lookup_draft(config, B, inp.history, cands)
+            looked = lookup_draft(config, inp.lookup)
         with jax.named_scope(STAGE_AUTO):
             alone = policy.choose(auto, looked, live_B, lookup=True)
             drafted = policy.wants_draft(auto, alone, live_B)
@@ -264,19 +300,14 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
         looked, alone = skipped_draft(B, config.num_draft_nodes), None
         drafted = policy.wants_draft(auto)
     draft = looked if not policy.can_pay else jax.lax.cond(   # no drafter: lookup only
-        drafted, lambda: draft_round(config, target, drafter, inp.ctx, inp.t0_B, inp.start_B,
-                                     head_target=plain_target, history=inp.history,
-                                     head_rows_CH=inp.head_rows_CH, cands=cands),
-        lambda: looked)
+        drafted, lambda: draft_round(inp, consts), lambda: looked)
     with jax.named_scope(STAGE_AUTO):
         choice = policy.choose(auto, draft, live_B)
         if alone is not None:
             choice = jax.tree.map(lambda a, b: jnp.where(drafted, a, b), choice, alone)
         else:
             choice = choice._replace(index=jnp.where(drafted, choice.index, 0))
-    branches = [functools.partial(_branch, num_nodes=n, config=config,
-                                  target=plain_target if n == 0 else target,
-                                  drafter=plain_drafter if n == 0 else drafter)
+    branches = [functools.partial(_branch, consts=plain if n == 0 else consts, num_nodes=n)
                 for n in policy.sizes]
     rows, first_B = jax.lax.switch(choice.index, branches, inp, draft)
     with jax.named_scope(STAGE_AUTO):
@@ -291,11 +322,12 @@ def auto_round(inp: RoundInput, auto: AutoState, *, live_B, policy: AutoPolicy,
                        expected_B=jnp.where(size_B > 0, choice.expected_B, 1.0))
 
 
-def sized_round(inp: RoundInput, draft: Draft, *, num_nodes: int, config: DecodeConfig, target,
-                drafter) -> RoundResult:
+def sized_round(inp: RoundInput, draft: Draft, consts: LoopConstants, *,
+                num_nodes: int) -> RoundResult:
     """What ``auto_round`` runs once it has picked ``num_nodes`` (static), without the policy:
-    verify the first ``num_nodes`` nodes of ``draft`` reading the cache, keep, write the kept
-    rows (the calibration times this per size)."""
+    verify the first ``num_nodes`` nodes of ``draft`` reading the cache (a plain step on
+    ``consts.for_plain_step()``), keep, write the kept rows (the calibration times this per
+    size)."""
     B = inp.t0_B.shape[0]
     if num_nodes == 0:
         # a plain step: its one row written in place before the attention reads it, as in an
@@ -303,40 +335,37 @@ def sized_round(inp: RoundInput, draft: Draft, *, num_nodes: int, config: Decode
         # not depend on the logits here -- before the layer's read, so it copied every layer's
         # cache twice each round (1.33 instead of 1.0x an ``ar`` step at batch 4, Zen 5);
         # decode's auto loop writes after its size switch, which orders the write.
-        v = verify_and_keep(inp, draft, num_nodes=0, config=config, target=target,
-                            drafter=drafter)
+        v = verify_and_keep(inp, draft, consts.for_plain_step(), num_nodes=0)
         return RoundResult(cache=absorb_kept(v.cache, v.rows), rows=v.rows,
                            size_B=jnp.zeros((B,), jnp.int32), auto=None)
-    v = verify_and_keep(inp, draft, num_nodes=num_nodes, config=config, target=target,
-                        drafter=drafter, in_branch=True)
+    v = verify_and_keep(inp, draft, consts, num_nodes=num_nodes, in_branch=True)
     return RoundResult(cache=write_kept(inp.cache, v.rows, inp.start_B), rows=v.rows,
                        size_B=jnp.full((B,), num_nodes, jnp.int32), auto=None)
 
 
-def _branch(inp: RoundInput, draft: Draft, *, num_nodes: int, config, target, drafter):
-    v = verify_and_keep(inp, draft, num_nodes=num_nodes, config=config, target=target,
-                        drafter=drafter, in_branch=True)
+def _branch(inp: RoundInput, draft: Draft, *, consts: LoopConstants, num_nodes: int):
+    v = verify_and_keep(inp, draft, consts, num_nodes=num_nodes, in_branch=True)
     return v.rows, v.first_B
 
 
 # ------------------------------------------------------------------ step 4 and the loop body
 
-def commit_rows(inp: RoundInput, result: RoundResult, *, out_BO, logp_BO, n_B, done_B,
-                drafter) -> Committed:
+def commit_rows(inp: RoundInput, result: RoundResult, consts: LoopConstants, *, out_BO,
+                logp_BO, n_B, done_B) -> Committed:
     """Step 4 on a ``RoundResult``: extend the drafter context with the kept rows and append
     the new tokens (and log-probs) at ``n ..``; the target cache already holds them."""
-    return commit(result.cache, inp.ctx, drafter, out_BO, logp_BO, result.rows,
+    return commit(result.cache, inp.ctx, consts.drafter, out_BO, logp_BO, result.rows,
                   start_B=inp.start_B, n_B=n_B, done_B=done_B, in_place=True)
 
 
-def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next_key,
-                 config: DecodeConfig, drafter) -> LoopState:
+def commit_round(state: LoopState, inp: RoundInput, result: RoundResult,
+                 consts: LoopConstants, *, next_key) -> LoopState:
     """``commit_rows``, then detect stops (a last round may be cut by a stop id or
     ``max_new_tokens``) and record what the round committed."""
-    c = commit_rows(inp, result, out_BO=state.out_BO, logp_BO=state.logp_BO, n_B=state.n_B,
-                    done_B=state.done_B, drafter=drafter)
+    config, stops_Be = consts.config, consts.stops_Be
+    c = commit_rows(inp, result, consts, out_BO=state.out_BO, logp_BO=state.logp_BO,
+                    n_B=state.n_B, done_B=state.done_B)
     n_new_B = jnp.where(state.done_B, state.n_B, state.n_B + c.tau_B)
-    stops_Be = state.stops_Be
     stop_B = finished(c.out_BO, state.n_B, n_new_B, config, stops_Be) & ~state.done_B
     n_new_B = jnp.where(stop_B, stop_length(c.out_BO, state.n_B, n_new_B, config, stops_Be),
                         n_new_B)
@@ -352,74 +381,58 @@ def commit_round(state: LoopState, inp: RoundInput, result: RoundResult, *, next
         done_B=state.done_B | stop_B, rounds_B=state.rounds_B + (~state.done_B).astype(jnp.int32),
         taus_BY=state.taus_BY.at[rows_B, round_slot_B].set(n_new_B - state.n_B, mode="drop"),
         sizes_BY=state.sizes_BY.at[rows_B, round_slot_B].set(result.size_B, mode="drop"),
-        key=next_key, feats_BWF=feats_BWF, auto=result.auto, stops_Be=stops_Be,
+        key=next_key, feats_BWF=feats_BWF, auto=result.auto,
         expected_BY=None if state.expected_BY is None else state.expected_BY.at[
             rows_B, round_slot_B].set(1.0 if result.expected_B is None else result.expected_B,
                                       mode="drop"))   # None: an auto loop of plain steps
 
 
-def round_input(state: LoopState, *, lengths_B, config: DecodeConfig, prompt_BT=None,
-                with_history: bool = True, head_rows_CH=None,
-                sampling: Sampling | None = None) -> tuple[RoundInput, jax.Array]:
-    """The round's ``RoundInput`` out of the loop carry, and the key of the round after it."""
+def round_input(state: LoopState, consts: LoopConstants, *,
+                with_lookup: bool = True) -> tuple[RoundInput, jax.Array]:
+    """The round's ``RoundInput`` out of the loop carry (with lookup drafting and
+    ``with_lookup``: this round's lookup paths, ``lookup.propose``), and the key of the round
+    after it."""
+    config, lengths_B = consts.config, consts.lengths_B
     next_key, key = jax.random.split(state.key)
-    hist = None
-    if config.lookup_paths and with_history:
-        if prompt_BT is None:
-            raise ValueError("lookup drafting needs each row's prompt (round_step prompt_BT)")
+    paths = None
+    if config.lookup_paths and with_lookup:
+        if consts.prompt_BT is None:
+            raise ValueError("lookup drafting needs each row's prompt (LoopConstants.prompt_BT)")
         with jax.named_scope(STAGE_LOOKUP):
-            hist = history(prompt_BT, lengths_B, state.out_BO, state.n_B)
+            paths = lookup.propose(config, consts.prompt_BT, lengths_B, state.out_BO, state.n_B)
     inp = RoundInput(cache=state.cache, ctx=state.ctx,
                      t0_B=jnp.take_along_axis(state.out_BO, (state.n_B - 1)[:, None], 1)[:, 0],
-                     start_B=lengths_B + state.n_B - 1, key=key, history=hist,
-                     head_rows_CH=head_rows_CH, sampling=sampling)
+                     start_B=lengths_B + state.n_B - 1, key=key, lookup=paths)
     return inp, next_key
 
 
-def round_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
-               policy: AutoPolicy | None, plain_target=None, plain_drafter=None,
-               prompt_BT=None, head_rows_CH=None, sampling: Sampling | None = None
-               ) -> LoopState:
-    """One round for every batch row: the body of ``decode``'s ``while_loop``
-    (``plain_target``, ``plain_drafter``: ``auto_round``'s; ``prompt_BT``: each row's prompt,
-    what lookup drafting searches besides the tokens generated; ``head_rows_CH``: the
-    drafter's ``head_rows``, gathered before the loop; ``sampling``: runtime sampling values,
-    else the config's)."""
-    inp, next_key = round_input(state, lengths_B=lengths_B, config=config, prompt_BT=prompt_BT,
-                                head_rows_CH=head_rows_CH, sampling=sampling)
-    size = static_size(config, policy)
+def round_step(state: LoopState, consts: LoopConstants) -> LoopState:
+    """One round for every batch row: the body of ``decode``'s ``while_loop``."""
+    inp, next_key = round_input(state, consts)
+    size = static_size(consts)
     if size is not None:
-        result = fixed_round(inp, size=size, config=config, target=target, drafter=drafter)
-        if policy is not None:   # auto mode that can never pay to draft: its state stays
+        result = fixed_round(inp, consts, size=size)
+        if consts.policy is not None:   # auto mode that can never pay to draft: state stays
             result = result._replace(auto=state.auto)
     else:
-        result = auto_round(inp, state.auto, live_B=~state.done_B, policy=policy,
-                            config=config, target=target, drafter=drafter,
-                            plain_target=plain_target, plain_drafter=plain_drafter)
+        result = auto_round(inp, state.auto, consts, live_B=~state.done_B)
     with jax.named_scope(STAGE_COMMIT):
-        return commit_round(state, inp, result, next_key=next_key, config=config,
-                            drafter=drafter)
+        return commit_round(state, inp, result, consts, next_key=next_key)
 
 
-def plain_step(state: LoopState, *, lengths_B, config: DecodeConfig, target, drafter,
-               policy: AutoPolicy, plain_target=None, plain_drafter=None,
-               sampling: Sampling | None = None) -> LoopState:
+def plain_step(state: LoopState, consts: LoopConstants) -> LoopState:
     """``budget="auto"``'s round when its policy takes a plain step and has no lookup paths to
     verify (``policy.plain_runs``): what ``round_step`` does then -- the same key, token,
     cache and drafter-context rows, the policy's ``skip`` -- written as an ``ar`` round (the
     row written in place, no draft ``cond`` and no size ``switch``), so that a stretch of plain
     steps costs what ``ar``'s do (``decode`` runs these in an inner loop between rounds the
     policy may draft in)."""
-    inp, next_key = round_input(state, lengths_B=lengths_B, config=config, with_history=False,
-                                sampling=sampling)
-    result = fixed_round(inp, size=0, config=config,
-                         target=target if plain_target is None else plain_target,
-                         drafter=drafter if plain_drafter is None else plain_drafter)
-    result = result._replace(auto=policy.skip(state.auto),
+    inp, next_key = round_input(state, consts, with_lookup=False)
+    result = fixed_round(inp, consts.for_plain_step(), size=0)
+    result = result._replace(auto=consts.policy.skip(state.auto),
                              expected_B=jnp.ones(inp.t0_B.shape, jnp.float32))
     with jax.named_scope(STAGE_COMMIT):
-        return commit_round(state, inp, result, next_key=next_key, config=config,
-                            drafter=drafter)
+        return commit_round(state, inp, result, consts, next_key=next_key)
 
 
 # ------------------------------------------------------------------ stops
