@@ -190,7 +190,8 @@ def test_command_lines_read_a_precision_value():
     from dominotree_jax.train.eval import acceptance
     args = run.parse_args(["--dtype", "bfloat16", "--feature-precision", "bfloat16"])
     assert args.precision == args.feature_precision == Precision("bfloat16")
-    assert collect.parse_args(["--precision", "bfloat16"]).precision == Precision("bfloat16")
+    assert collect.parse_args(["--data", "d", "--precision", "bfloat16"]).precision == \
+        Precision("bfloat16")
     assert acceptance.parse_args(["--drafter", "d"]).feature_precision == Precision()
     assert convert_parser().parse_args(["inspect", "p"]).precision == Precision("bfloat16")
     from benchmarks.methods import bench
