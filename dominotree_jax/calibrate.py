@@ -102,8 +102,8 @@ class RoundPrograms:
     def _verify_fn(self, rows: int, plain_ar: bool):
         """The jittable loop of ``verify_loop`` and its arguments."""
         from dominotree_jax.decoding.draft import draft_from_tree
-        from dominotree_jax.decoding.round import (LoopConstants, RoundInput, commit_rows,
-                                                   fixed_round, sized_round)
+        from dominotree_jax.decoding.loop_inputs import LoopConstants, RoundInput
+        from dominotree_jax.decoding.round import commit_rows, fixed_round, sized_round
         from dominotree_jax.tree import chain_tree
 
         n, B = rows - 1, self.B
@@ -165,7 +165,7 @@ class RoundPrograms:
         chain/tree build), the Domino head reading the target embedding where decode's auto
         mode reads it (the float32 view of 16-bit CPU weights)."""
         from dominotree_jax.decoding.draft import draft_round
-        from dominotree_jax.decoding.round import LoopConstants, RoundInput
+        from dominotree_jax.decoding.loop_inputs import LoopConstants, RoundInput
 
         def loop(params, plain_params, ctx, t0_B, start_B):
             target, drafter = self._bind(params, config)

@@ -15,7 +15,8 @@ from dominotree_jax.decoding.config import CHAIN_METHODS, DecodeConfig
 from dominotree_jax.decoding.draft import (
     bind_drafter_for, chain_draft, tap_layers_for, tree_draft,
 )
-from dominotree_jax.decoding.round import LoopConstants, RoundInput, commit_rows, fixed_round
+from dominotree_jax.decoding.loop_inputs import LoopConstants, RoundInput
+from dominotree_jax.decoding.round import commit_rows, fixed_round
 from dominotree_jax.decoding.verify import verify_rows
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.drafter import DrafterContext, drafter_graphdef

@@ -22,8 +22,9 @@ from dominotree_jax.decoding.commit import PAD
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import bind_drafter_for, tap_layers_for
 from dominotree_jax.decoding.stages import STAGE_PREFILL
-from dominotree_jax.decoding.round import (LoopConstants, LoopState, first_state, plain_step,
-                                           prefill_context, repeat_prefilled, round_step)
+from dominotree_jax.decoding.loop_inputs import LoopConstants
+from dominotree_jax.decoding.round import (LoopState, first_state, plain_step, prefill_context,
+                                           repeat_prefilled, round_step)
 from dominotree_jax.model.drafter import bind_drafter_float32_view
 from dominotree_jax.model.target import bind_float32_view, bind_target
 from dominotree_jax.precision import bind_view_if_needed

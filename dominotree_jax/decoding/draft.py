@@ -25,7 +25,7 @@ from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Bool, Float, Int
 
-    from dominotree_jax.decoding.round import LoopConstants, RoundInput
+    from dominotree_jax.decoding.loop_inputs import LoopConstants, RoundInput
 
 
 class Draft(NamedTuple):

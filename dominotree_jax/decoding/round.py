@@ -23,22 +23,21 @@ Benchmarks and the calibration time these same functions, so they measure what d
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from dominotree_jax.decoding.accept import accept_walk
-from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState
+from dominotree_jax.decoding.auto_size import AutoState
 from dominotree_jax.decoding.commit import (PAD, Committed, RoundRows, absorb_kept, commit,
                                             keep_rows, write_kept)
 from dominotree_jax.decoding import lookup
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import (Draft, draft_round, first_nodes, lookup_draft,
                                            skipped_draft, tap_layers_for)
-from dominotree_jax.decoding.lookup import Candidates
+from dominotree_jax.decoding.loop_inputs import LoopConstants, RoundInput
 from dominotree_jax.decoding.stages import (STAGE_ACCEPT, STAGE_AUTO, STAGE_COMMIT,
                                             STAGE_LOOKUP, STAGE_VERIFY)
 from dominotree_jax.decoding.verify import verify_in_place, verify_rows
@@ -88,65 +87,6 @@ def repeat_prefilled(pre: Prefilled, rows_B) -> Prefilled:
     return Prefilled(cache=jax.tree.map(lambda x: take(x, 0), pre.cache), ctx=ctx,
                      taps_BTF=take(pre.taps_BTF, 0),
                      last_logits_BV=take(pre.last_logits_BV, 0))
-
-
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=("target", "drafter", "lengths_B", "prompt_BT", "head_rows_CH",
-                                "sampling", "stops_Be", "plain_target", "plain_drafter"),
-                   meta_fields=("config", "policy"))
-@dataclasses.dataclass(frozen=True)
-class LoopConstants:
-    """What every round of one ``decode`` reads and no round changes, built once before the
-    loop (``decode``) and passed down whole. Only ``config`` and ``target`` are needed to run a
-    round outside ``decode`` (benchmarks, the calibration); the rest default to "none"."""
-    config: DecodeConfig            # static
-    target: Any                     # the target model over its parameters
-    drafter: Any = None             # the drafter (None for ``ar`` and ``lookup``)
-    lengths_B: Int[Array, " B"] | None = None   # each row's prompt length
-    # each row's prompt, right-padded: what lookup drafting searches besides the tokens
-    # generated (``lookup.propose``)
-    prompt_BT: Int[Array, "B T"] | None = None
-    # the drafter's LM-head rows of its draft vocabulary (``Drafter.head_rows``), gathered
-    # once before the loop; None: none, or gathered in the round
-    head_rows_CH: Float[Array, "C H"] | None = None
-    # the sampling values (runtime arrays) of a sampled config; None: the config's own
-    sampling: Sampling | None = None
-    stops_Be: Int[Array, "B e"] | None = None   # each row's own stop ids (-1 = none), besides
-    #                                              config.stop_ids (decode's row_stop_ids)
-    policy: AutoPolicy | None = None   # budget="auto": the draft-size policy (static)
-    # budget="auto": the target a plain step (size 0) runs and whose token embedding the
-    # Domino head reads, e.g. the float32 view of 16-bit weights made before the loop
-    # (``target.bind_float32_view``); None: ``target``
-    plain_target: Any = None
-    # ... the drafter whose context rows a plain step computes
-    # (``drafter.bind_drafter_float32_view``); None: ``drafter``
-    plain_drafter: Any = None
-
-    @property
-    def head_target(self):
-        """The target whose token embedding the Domino head reads."""
-        return self.target if self.plain_target is None else self.plain_target
-
-    def for_plain_step(self) -> "LoopConstants":
-        """These constants with a plain step's models as ``target`` and ``drafter``."""
-        return dataclasses.replace(self, target=self.head_target,
-                                   drafter=(self.drafter if self.plain_drafter is None
-                                            else self.plain_drafter))
-
-    def replace(self, **kw) -> "LoopConstants":
-        return dataclasses.replace(self, **kw)
-
-
-class RoundInput(NamedTuple):
-    """What a round reads that changes from round to round: the committed state of every row,
-    this round's key and lookup paths."""
-    cache: KVCache                 # target K/V, per layer [B, K, S, D]; committed below start
-    ctx: DrafterContext | None     # drafter context of the committed rows (None for ``ar``)
-    t0_B: Int[Array, " B"]          # the root: the last committed token
-    start_B: Int[Array, " B"]       # the root's absolute position
-    key: Key[Array, ""]            # PRNG key of this round's sampling
-    # lookup drafting: this round's lookup paths (``lookup.propose``), else None
-    lookup: Candidates | None = None
 
 
 class Verified(NamedTuple):
