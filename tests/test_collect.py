@@ -89,38 +89,6 @@ def test_until_means_the_next_such_utc_time_and_rejects_bad_times():
             deadline_from(None, bad)
 
 
-def test_backfilled_topk_equals_what_collect_stores(tmp_path, target):  # noqa: F811
-    """``backfill_topk`` adds to shards collected without top-k the logits ``collect
-    --store-topk`` stores for the same rows; the source stays as it was; resumable."""
-
-    from dominotree_jax.train.data.backfill_topk import backfill
-    t = dj.Target(TCFG, target.params, _CharTokenizer())
-    kw = dict(seed=3, prompts=toy_pool(40), batch=4, max_new=8, deadline=None,
-              request_every=0, request_share=0.0, max_batches=2)
-    with_topk, plain, out = (str(tmp_path / d) for d in ("with_topk", "plain", "out"))
-    collect(t, with_topk, store_topk=3, **kw)
-    collect(t, plain, **kw)
-    before = open(os.path.join(plain, "manifest.json")).read()
-    src = ShardStore(plain)
-    assert backfill(t, src, ShardStore(out, vocab_size=TCFG.vocab_size), shards=1, k=3,
-                    rows_per_forward=3, log=lambda m: None) == 1
-    dst = ShardStore(out)   # resumed: the first shard is kept, the second added
-    assert backfill(t, src, dst, shards=2, k=3, log=lambda m: None) == 1
-    assert open(os.path.join(plain, "manifest.json")).read() == before
-    ref = ShardStore(with_topk)
-    for e_ref, e_out in zip(ref.entries(), dst.entries(), strict=True):
-        a, b = ref.read(e_ref), dst.read(e_out)
-        np.testing.assert_array_equal(a["tokens"], b["tokens"])
-        np.testing.assert_array_equal(a["topk_ids"][:, 0], b["topk_ids"][:, 0])
-        np.testing.assert_allclose(a["topk_logits"].astype(np.float32),
-                                   b["topk_logits"].astype(np.float32), atol=2e-2, rtol=1e-2)
-        assert e_out["topk"] == 3 and e_out["temperature"] == e_ref["temperature"]
-    with pytest.raises(ValueError, match="answer shards"):
-        backfill(t, src, dst, shards=9, k=3)
-    with pytest.raises(ValueError, match="not a backfill"):
-        backfill(t, ShardStore(with_topk), ShardStore(plain), shards=1, k=3)
-
-
 def test_several_seeds_answer_their_pools_in_order(tmp_path, target):  # noqa: F811
     """``--seed 5 6``: seed 5's pool first, then seed 6's, until both are used up; a repeated
     seed is refused."""

@@ -130,16 +130,3 @@ def test_needs_a_domino_drafter():
         _cfg(tcfg, dcfg, "condstatic")
 
 
-def test_tree_acceptance_walk():
-    """The offline walk of train/tree_acceptance: the longest root path spelling the labels."""
-    from dominotree_jax.train.eval.tree import parse_config, tree_accepted
-    tokens = np.array([[5, 7, 9, 7, 2, 0]])
-    parents = np.array([[-1, -1, 0, 1, 3, -1]])
-    valid = np.array([[1, 1, 1, 1, 1, 0]], bool)
-    assert tree_accepted(tokens, parents, valid, np.array([[7, 7, 2, 4]]))[0] == 3
-    assert tree_accepted(tokens, parents, valid, np.array([[5, 9, 1, 1]]))[0] == 2
-    assert tree_accepted(tokens, parents, valid, np.array([[5, 9, -1, -1]]))[0] == 2
-    assert tree_accepted(tokens, parents, valid, np.array([[0, 5, 5, 5]]))[0] == 0  # invalid
-    assert parse_config("condstatic:16:4") == ("condstatic", 16, 4)
-    with pytest.raises(ValueError, match="bad configuration"):
-        parse_config("dominotree:16")

@@ -160,7 +160,8 @@ def _entry_points():
     from dominotree_jax import __main__ as demo, calibrate
     from dominotree_jax.train import run
     from dominotree_jax.train.data import collect
-    from dominotree_jax.train.eval import acceptance, agreement
+    from dominotree_jax.train.eval import acceptance
+    from experiments.drafter_lab import agreement
     return {
         "demo": (demo.main, "--precision"), "calibrate": (calibrate.main, "--precision"),
         "train": (run.parse_args, "--dtype"), "train-features": (run.parse_args,

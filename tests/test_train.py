@@ -220,41 +220,6 @@ def test_grown_drafter_starts_as_the_original(setup):
     g.close()
 
 
-def test_heldout_plot_shifts_a_continued_run(tmp_path):
-    from dominotree_jax.train.eval import report
-    assert report._run_and_offset("runs/v3@477000") == ("runs/v3", 477000)
-    assert report._run_and_offset("runs/v2") == ("runs/v2", 0)
-    with pytest.raises(ValueError, match="count of labels"):
-        report._run_and_offset("runs/v3@lots")
-    for name, labels in (("v2", (0, 100)), ("v3", (0, 50))):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "heldout_curve.jsonl").write_text("".join(
-            f'{{"labels_seen": {n}, "tau_corr": 2.0, "corr_loss": 3.0}}\n' for n in labels))
-    png = tmp_path / "curves.png"
-    report.plot_heldout([str(tmp_path / "v2"), f"{tmp_path / 'v3'}@100"], str(png))
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_per_depth_plot_reads_both_heads_and_refuses_old_curves(tmp_path):
-    from dominotree_jax.train.eval import report
-    run = tmp_path / "v4c"
-    run.mkdir()
-    pts = [{"step": s, "labels_seen": 1000 * s, "base_acc_d": [0.5, 0.1 * s],
-            "corr_acc_d": [0.5, 0.2 * s]} for s in (1, 2)]
-    (run / "heldout_curve.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pts))
-    np.testing.assert_allclose(report.per_depth_series(pts, "corr"), [[0.5, 0.2], [0.5, 0.4]])
-    png = tmp_path / "depths.png"
-    report.plot_depths(str(run), str(png))
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(ValueError, match="no 'base_acc_d'"):
-        report.per_depth_series([{"step": 3, "labels_seen": 0}], "base")
-    with pytest.raises(ValueError, match="one block size"):
-        report.per_depth_series(pts + [{"step": 3, "base_acc_d": [0.1]}], "base")
-    (run / "heldout_curve.jsonl").write_text("")
-    with pytest.raises(ValueError, match="no held-out evaluations"):
-        report.plot_depths(str(run), str(png))
-
-
 def test_feature_cache_root_is_shared_by_data_set_name():
     from dominotree_jax.train.features import cache_root
     want = os.path.join("runs/features", "smollm2")

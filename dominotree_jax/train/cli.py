@@ -10,21 +10,11 @@ import sys
 DATA_COMMANDS = {
     "collect": ("dominotree_jax.train.data.collect",
                 "prompts in, the target's answers out, as shards (resumable; the default)"),
-    "backfill-topk": ("dominotree_jax.train.data.backfill_topk",
-                      "a copy of the first N answer shards with the target's top-k logits"),
 }
 EVAL_COMMANDS = {
     "acceptance": ("dominotree_jax.train.eval.acceptance",
                    "teacher-forced per-depth chain acceptance of drafters on benchmark prompts "
                    "and held-out data"),
-    "tree": ("dominotree_jax.train.eval.tree",
-             "teacher-forced acceptance of draft trees against chains on held-out data"),
-    "ablate": ("dominotree_jax.train.eval.ablate",
-               "short recipe ablations trained side by side, then evaluated alike"),
-    "agreement": ("dominotree_jax.train.eval.agreement",
-                  "how often stored greedy answer tokens are the target's own argmax"),
-    "report": ("dominotree_jax.train.eval.report",
-               "plots of training and held-out learning curves"),
 }
 
 

@@ -2,7 +2,6 @@
 (``train/cli.py``'s ``DATA_COMMANDS``; without a command: ``collect``).
 
     python -m dominotree_jax.train.data --target CKPT --data DIR --prompts P.jsonl --minutes 60
-    python -m dominotree_jax.train.data backfill-topk --data DIR --out DIR2 --shards N
 
 (The SmolLM2 drafter's data, ``data/smollm2``, grows with its recipes:
 ``python -m experiments.smollm2_campaign.collect``.)

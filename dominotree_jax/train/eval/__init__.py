@@ -1,5 +1,4 @@
-"""Measuring drafters and data: teacher-forced chain acceptance on benchmark prompts and held-out
-data (``acceptance``, also the campaign's gate), draft trees against chains (``tree``), recipe
-ablations (``ablate``), the collector's agreement with the target's argmax (``agreement``) and
-learning-curve plots (``report``). ``python -m dominotree_jax.train.eval`` is their command
-line."""
+"""Measuring drafters: teacher-forced chain acceptance on benchmark prompts and held-out data
+(``acceptance``, also the campaign's gate). ``python -m dominotree_jax.train.eval`` is its
+command line. The lab's drafter tools (tree-against-chain acceptance, recipe ablations, label
+agreement, learning-curve plots) are ``python -m experiments.drafter_lab``."""

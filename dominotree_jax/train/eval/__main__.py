@@ -1,8 +1,7 @@
 """``python -m dominotree_jax.train.eval COMMAND [ARGS]``: measure drafters and data
-(``train/cli.py``'s ``EVAL_COMMANDS``: acceptance, tree, ablate, agreement, report).
+(``train/cli.py``'s ``EVAL_COMMANDS``: acceptance; the lab's tools: ``experiments.drafter_lab``).
 
     python -m dominotree_jax.train.eval acceptance --drafter shipped --n 10 --json OUT.json
-    python -m dominotree_jax.train.eval report --heldout PNG RUN_DIR [RUN_DIR ...]
 """
 
 import sys

@@ -1,9 +1,9 @@
-"""``python -m dominotree_jax.train.eval ablate``: arm names map to trainer options, unknown ones
+"""``python -m experiments.drafter_lab ablate``: arm names map to trainer options, unknown ones
 are refused by name (the runs themselves train on the real target: benchmarks, not tests)."""
 
 import pytest
 
-from dominotree_jax.train.eval.ablate import arm_options, parse_args
+from experiments.drafter_lab.ablate import arm_options, parse_args
 from dominotree_jax.precision import Precision
 from dominotree_jax.train.trainer import TrainConfig
 

@@ -1,10 +1,10 @@
-"""train/eval/agreement.py: the share of stored greedy answer tokens that are the target's own
-argmax, teacher-forced."""
+"""``agreement``: the share of stored greedy answer tokens that are the target's own argmax,
+teacher-forced."""
 
 import numpy as np
 import pytest
 
-from dominotree_jax.train.eval.agreement import answer_agreement, next_token_argmax
+from experiments.drafter_lab.agreement import answer_agreement, next_token_argmax
 
 from spec_fixtures import tiny_pair
 

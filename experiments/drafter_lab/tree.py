@@ -1,6 +1,6 @@
 """Teacher-forced acceptance of draft *trees* versus chains on held-out greedy answers.
 
-    python -m dominotree_jax.train.eval tree --drafter shipped --data data/smollm2 \
+    python -m experiments.drafter_lab tree --drafter shipped --data data/smollm2 \
         --shards 6 --seqs 16 --anchors 16 --json OUT.json
 
 At T = 0 the target's continuation of a stored greedy answer is the answer itself, so the
@@ -136,7 +136,7 @@ def measure(dcfg, dparams, tcfg, tparams, ds, seq_ids, configs, *, anchors: int,
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.eval tree",
+    p = argparse.ArgumentParser(prog="python -m experiments.drafter_lab tree",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--drafter", default="shipped")

@@ -8,7 +8,7 @@ This tool measures it: every greedy answer shard's rows go through the target in
 (one causal forward over prompt + answer), and each answer token is compared with the argmax at
 the position before it.
 
-    python -m dominotree_jax.train.eval agreement --data data/smollm2 --shard-from 362 --shards 368
+    python -m experiments.drafter_lab agreement --data data/smollm2 --shard-from 362 --shards 368
 
 Prints one line per shard (its generation dtype, answer tokens, the share equal to the argmax,
 rows equal throughout) and the totals per generation dtype. Sampled shards (temperature > 0)
@@ -58,7 +58,7 @@ def answer_agreement(tcfg: TargetConfig, tparams, rows, batch: int = 8) -> dict:
 
 def main(argv=None):
     from dominotree_jax.precision import add_precision_argument
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.eval agreement",
+    p = argparse.ArgumentParser(prog="python -m experiments.drafter_lab agreement",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="data directory (manifest + shards)")

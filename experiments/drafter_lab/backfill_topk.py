@@ -1,6 +1,6 @@
 """Stored top-k target logits for answer shards that were collected without them.
 
-    python -m dominotree_jax.train.data backfill-topk --data DIR --out runs/topk_data \
+    python -m experiments.drafter_lab backfill-topk --data DIR --out runs/topk_data \
         --shards 4 --k 32
 
 Writes a new data directory (the source one is left as it is) holding the source's first N
@@ -63,7 +63,7 @@ def backfill(target, src: ShardStore, out: ShardStore, *, shards: int, k: int,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.data backfill-topk",
+    p = argparse.ArgumentParser(prog="python -m experiments.drafter_lab backfill-topk",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="source data directory (read only)")

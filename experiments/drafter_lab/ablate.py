@@ -1,15 +1,15 @@
 """Short recipe ablations: several fresh drafters trained side by side on the same data, seed and
 batches, each with one recipe option changed, then evaluated on the same held-out blocks.
 
-    python -m dominotree_jax.train.eval ablate --data DIR --shards 6 --steps 80 \
+    python -m experiments.drafter_lab ablate --data DIR --shards 6 --steps 80 \
         --arms random,target,target+until_fail,target+all_anchors --json OUT.json
 
 An arm is ``+``-joined recipe options: ``random`` / ``target`` (layer init), ``until_fail``,
 ``all_anchors`` (``anchor_mode="all"``, capped at 32 anchors per sequence), ``hold`` (λ = 1 for the
 first 25 % of the steps, then down to 0.2 over the next 50 %), ``soft`` (full-distribution soft
 targets at 0.5), ``soft_topk`` (KL to the stored top-k target logits at 0.5: data collected with
-``--store-topk`` or made by ``train.data backfill-topk``), ``bf16`` (the training forward and its
-gradient products in bf16, ``--precision bfloat16``). The target, data, features, held-out split
+``--store-topk`` or made by ``backfill-topk``), ``bf16`` (the training forward and its gradient
+products in bf16, ``--precision bfloat16``). The target, data, features, held-out split
 and evaluation are shared; only the options differ. Prints and writes the held-out teacher-forced
 chain τ (base and corrected) and per-depth accuracies of each arm.
 """
@@ -44,7 +44,7 @@ def arm_options(arm: str) -> dict:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.eval ablate",
+    p = argparse.ArgumentParser(prog="python -m experiments.drafter_lab ablate",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="data directory (manifest + shards)")

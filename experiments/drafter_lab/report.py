@@ -1,11 +1,11 @@
 """Plot learning curves.
 
-``python -m dominotree_jax.train.eval report RUN_DIR PNG``: one run's training curves.
-``python -m dominotree_jax.train.eval report --heldout PNG RUN_DIR [RUN_DIR ...]``: the held-out
+``python -m experiments.drafter_lab report RUN_DIR PNG``: one run's training curves.
+``python -m experiments.drafter_lab report --heldout PNG RUN_DIR [RUN_DIR ...]``: the held-out
 curves (``heldout_curve.jsonl``: chain τ and cross-entropy against training labels seen) of
 several runs in one figure, labelled by run directory name. ``RUN_DIR@N`` shifts a run's curve by
 ``N`` labels: a warm-started run continues the curve of the run it started from.
-``python -m dominotree_jax.train.eval report --depths PNG RUN_DIR``: one run's held-out accuracy per
+``python -m experiments.drafter_lab report --depths PNG RUN_DIR``: one run's held-out accuracy per
 draft depth, base head (the DFlash distribution) and corrected head side by side, against
 training labels seen: how a curriculum moves the two heads.
 """
@@ -150,7 +150,7 @@ def plot_heldout(run_dirs: list[str], png: str) -> None:
 
 def main(argv=None) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m dominotree_jax.train.eval report",
+    p = argparse.ArgumentParser(prog="python -m experiments.drafter_lab report",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group()
