@@ -66,7 +66,7 @@ def test_no_import_of_a_main_and_data_imports_neither_run_nor_eval():
     # data -> run -> eval: data imports neither the run nor eval
     data = {m for m in graph if m.split(".")[:3] == ["dominotree_jax", "train", "data"]}
     graph = {m: {t for t in ts if t.startswith("dominotree_jax.train")} for m, ts in graph.items()}
-    assert "dominotree_jax.train.dataset" not in data and len(data) > 9
+    assert "dominotree_jax.train.dataset" not in data and len(data) >= 9
     for m in data:
         assert not graph[m] - data - {"dominotree_jax.train.cli"}, m
 
@@ -79,9 +79,9 @@ def test_dispatcher_lists_refuses_and_runs_under_its_command_name(capsys):
     assert dispatch(prog, EVAL_COMMANDS, ["nope"]) == 2
     assert "unknown command 'nope'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        dispatch(prog, EVAL_COMMANDS, ["report", "--help"])
+        dispatch(prog, EVAL_COMMANDS, ["acceptance", "--help"])
     assert e.value.code == 0
-    assert capsys.readouterr().out.startswith(f"usage: {prog} report")
+    assert capsys.readouterr().out.startswith(f"usage: {prog} acceptance")
 
 
 def test_data_commands_default_to_collect(capsys):
@@ -89,9 +89,8 @@ def test_data_commands_default_to_collect(capsys):
     with pytest.raises(SystemExit) as e:          # no command: collect's own options
         dispatch(prog, DATA_COMMANDS, ["--data", "d", "--help"], default="collect")
     assert e.value.code == 0 and "--refill" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        dispatch(prog, DATA_COMMANDS, ["backfill-topk", "--help"], default="collect")
-    assert capsys.readouterr().out.startswith(f"usage: {prog} backfill-topk")
+    assert dispatch(prog, DATA_COMMANDS, ["backfill-topk"], default="collect") == 2  # the lab's
+    assert "unknown command 'backfill-topk'" in capsys.readouterr().err
     assert dispatch(prog, DATA_COMMANDS, ["--help"], default="collect") == 0
     assert "without a COMMAND: collect" in capsys.readouterr().out
     collect = importlib.import_module(DATA_COMMANDS["collect"][0])

@@ -16,6 +16,23 @@ from test_collect import toy_pool
 from test_data_pipeline import TCFG, _CharTokenizer, target  # noqa: F401 (fixture)
 
 
+def test_every_lab_command_is_a_main_of_argv_behind_the_dispatcher(capsys):
+    import importlib
+
+    from dominotree_jax.train.cli import dispatch
+    from experiments.drafter_lab import COMMANDS
+    prog = "python -m experiments.drafter_lab"
+    assert dispatch(prog, COMMANDS, []) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in COMMANDS)
+    for name, (module, _) in COMMANDS.items():
+        assert callable(importlib.import_module(module).main), name
+        with pytest.raises(SystemExit) as e:
+            dispatch(prog, COMMANDS, [name, "--help"])
+        assert e.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: {prog} {name}")
+
+
 def test_tree_acceptance_walk():
     """The offline walk of ``tree``: the longest root path spelling the labels."""
     from experiments.drafter_lab.tree import parse_config, tree_accepted
