@@ -14,8 +14,9 @@ from hypothesis import given, settings, strategies as st
 
 from dominotree_jax import DecodeConfig
 from dominotree_jax.decoding.costs import CostTable
-from dominotree_jax.decoding.lookup import (DEFAULT_ACCEPT, history, log_accept_table,
-                                            lookup_candidates, merge_row, reference_candidates)
+from dominotree_jax.decoding.lookup import (DEFAULT_ACCEPT, Group, history, log_accept_table,
+                                            group_of, lookup_candidates, merge_row,
+                                            reference_candidates)
 from decode_helpers import SAMPLING_XLA, jit_decode
 from spec_fixtures import first_tokens_chi_square_p, sampling_case, tiny_pair
 
@@ -28,7 +29,7 @@ def _check_row(seq, total, got, **kw):
     K = kw["num"]
     for k in range(K):
         if k < len(want):
-            n, c, toks = want[k]
+            n, _, c, toks = want[k]
             assert int(got.ngram_BK[k]) == n, (k, want, got)
             valid = np.asarray(got.valid_BKL[k])
             assert valid.sum() == len(toks)
@@ -51,6 +52,43 @@ def test_candidates_equal_the_python_reference(kind):
         got = lookup_candidates(jnp.asarray(seq), jnp.asarray(totals), **kw)
         for b in range(B):
             _check_row(seq[b], int(totals[b]), jax.tree.map(lambda x: x[b], got), **kw)
+
+
+@pytest.mark.parametrize("kind", ["random", "repetitive"])
+def test_group_candidates_equal_the_python_reference(kind):
+    """``lookup_group``: a row also copies from its siblings (their text past ``from``, up to
+    their own totals), ranked after its own starts of the same n."""
+    rng = np.random.default_rng(3 if kind == "random" else 4)
+    B, W, G = 6, 40, 4
+    seq = rng.integers(0, 9 if kind == "random" else 4, size=(B, W)).astype(np.int32)
+    if kind == "repetitive":
+        seq[:, 10:30] = np.tile(seq[:1, :5], (B, 4))
+    totals = np.array([3, 12, 25, 40, 18, 30], np.int32)
+    from_B = np.array([2, 2, 2, 5, 5, 1], np.int32)
+    rows = np.array([[b // G * G + j for j in range(G)] for b in range(B)])
+    ok = (rows < B) & (rows != np.arange(B)[:, None]) & (np.arange(B)[:, None] != 2)
+    group = Group(jnp.asarray(np.minimum(rows, B - 1), jnp.int32), jnp.asarray(ok),
+                  jnp.asarray(from_B))
+    for kw in (dict(num=4, length=5, ngram_min=1, ngram_max=4, window=None),
+               dict(num=6, length=3, ngram_min=2, ngram_max=3, window=8)):
+        got = lookup_candidates(jnp.asarray(seq), jnp.asarray(totals), group=group, **kw)
+        for b in range(B):
+            sibs = [(j, seq[s], int(totals[s]), int(from_B[s]))
+                    for j, s in enumerate(rows[b], start=1) if ok[b, j - 1]]
+            _check_row(seq[b], int(totals[b]), jax.tree.map(lambda x: x[b], got),
+                       siblings=sibs, **kw)
+    assert any(c[1] >= 0 for c in reference_candidates(
+        seq[1], 12, num=6, length=3, siblings=[(3, seq[2], 25, 2)]))
+
+
+def test_groups_are_blocks_of_rows_with_the_same_prompt():
+    prompt = jnp.array([[5, 6, 7, 0], [5, 6, 7, 9], [5, 6, 0, 0], [5, 6, 7, 4], [5, 6, 7, 1]])
+    g = group_of(prompt, jnp.array([3, 3, 2, 3, 3]), 2)   # blocks {0, 1}, {2, 3}, {4}
+    np.testing.assert_array_equal(np.asarray(g.rows_BG), [[0, 1], [0, 1], [2, 3], [2, 3],
+                                                          [4, 4]])
+    np.testing.assert_array_equal(np.asarray(g.ok_BG), [[0, 1], [1, 0], [0, 0], [0, 0],
+                                                        [0, 0]])
+    np.testing.assert_array_equal(np.asarray(g.from_B), [3, 3, 2, 3, 3])
 
 
 def test_history_packs_prompt_then_output():
@@ -172,6 +210,28 @@ def test_batches_and_stop_ids_with_lookup():
         np.testing.assert_array_equal(out.num_tokens, ref.num_tokens, err_msg=method)
 
 
+def test_group_lookup_is_identical_to_ar_and_reads_the_siblings():
+    """``lookup_group=2`` on a batch of two prompts, each twice: the same tokens as ``ar`` at
+    T = 0. (Greedy siblings are identical, so neither gets ahead of the other; the search over
+    siblings is checked against its reference above, and rows drafting from each other at
+    T = 1 in the distribution test below.) A group without lookup paths is refused."""
+    tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
+    prompts = np.stack([PROMPT, PROMPT, np.roll(PROMPT, 3), np.roll(PROMPT, 3)])
+    lengths = np.array([17, 17, 12, 12])
+    ref = jdecode(params, jnp.asarray(prompts), prompt_lengths=jnp.asarray(lengths),
+                  config=DecodeConfig(target=tcfg, method="ar", max_new_tokens=30))
+    for method in ("lookup", "dominotree"):
+        cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=30,
+                           budget=6, node_topk=3, top_m=8, lookup=3, lookup_group=2)
+        out = jdecode(params, jnp.asarray(prompts), prompt_lengths=jnp.asarray(lengths),
+                      config=cfg)
+        np.testing.assert_array_equal(out.tokens, ref.tokens, err_msg=method)
+    with pytest.raises(ValueError, match="lookup_group=G searches the group's text"):
+        DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", lookup_group=2)
+    with pytest.raises(ValueError, match="lookup_group must be an int >= 0"):
+        DecodeConfig(target=tcfg, method="lookup", lookup_group=True)
+
+
 def test_auto_with_lookup_is_identical_to_ar_and_uses_lookup_only_rounds():
     tcfg, dcfg, params = tiny_pair(vocab=64, block_size=4)
     prompt = jnp.asarray(PROMPT)
@@ -217,14 +277,17 @@ def test_lookup_without_a_drafter_takes_auto_sizes_and_equals_ar(batch):
     assert int(np.asarray(out.draft_sizes).max()) == 0
 
 
-@pytest.mark.parametrize("method,budget", [("lookup", 6), ("lookup", "auto"),
-                                           ("dominotree", 6)])
-def test_sampling_with_lookup_is_the_targets_distribution(method, budget):
+@pytest.mark.parametrize("method,budget,group", [("lookup", 6, 0), ("lookup", "auto", 0),
+                                                 ("dominotree", 6, 0), ("lookup", 6, 4),
+                                                 ("dominotree", "auto", 4)])
+def test_sampling_with_lookup_is_the_targets_distribution(method, budget, group):
+    """``group``: rows draft from their siblings' text too (``lookup_group``)."""
     runs = 20000
     tcfg, dcfg, params, prompt, exact = sampling_case()
     # a prompt that repeats so lookup finds matches from the first round
     cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=3,
                        temperature=1.0, budget=budget, node_topk=2, top_m=0, lookup=3,
+                       lookup_group=group,
                        auto_costs=CostTable(verify=((1, 1.0), (17, 1.2)), source="test"))
     out = jit_decode(SAMPLING_XLA)(params, jnp.tile(prompt, (runs, 1)), config=cfg,
                                    key=jax.random.key(11))

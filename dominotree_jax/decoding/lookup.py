@@ -13,7 +13,11 @@ What the round calls (nothing else reads the lookup settings):
 ``lookup_candidates`` finds, for every batch row, the places where the sequence's last ``n``
 tokens occurred before (``n`` from ``ngram_max`` down to ``ngram_min``: longest match first,
 then the latest), and returns the ``K`` tokens' continuations of length ``L`` that follow them:
-fixed shapes, no host round trip, rows independent. ``reference_candidates`` is the same in
+fixed shapes, no host round trip. With ``lookup_group = G`` a row also searches what the rows
+of its block of ``G`` that continue the same prompt have generated so far (GRPO's group: its
+samples repeat each other's phrases, numbers and steps; ``B × (G + 1) × W`` compares a round).
+A draft read from another row's committed text is fixed before the round's sampling, so
+verification keeps every row exactly the target's. ``reference_candidates`` is the same in
 plain Python (tests).
 
 A lookup node's score is the log of the probability that it is accepted, from a per-(n-gram,
@@ -80,6 +84,13 @@ def checked_settings(config) -> tuple[tuple[int, int], tuple | None]:
     if config.lookup and config.method == "ar":
         raise ValueError("lookup drafting needs a drafting method: method='lookup' (no "
                          "drafter) or a drafter's method with lookup=K")
+    if (not isinstance(config.lookup_group, int) or isinstance(config.lookup_group, bool)
+            or config.lookup_group < 0):
+        raise ValueError(f"lookup_group must be an int >= 0 (rows per group block; 0 = off), "
+                         f"got {config.lookup_group!r}")
+    if config.lookup_group and not config.lookup_paths:
+        raise ValueError("lookup_group=G searches the group's text for lookup paths: it "
+                         "needs lookup=K (or method='lookup')")
     acc = config.lookup_accept
     if acc is not None:
         acc = tuple(tuple(float(x) for x in row) for row in acc)
@@ -105,13 +116,38 @@ def score_table(config):
 def propose(config, prompt_BT, lengths_B, out_BO, n_B) -> Candidates:
     """This round's ``config.lookup_paths`` lookup paths per row, scored: each row's text so far
     (its prompt, right-padded in ``prompt_BT``, then its ``n_B`` tokens of ``out_BO``)
-    searched by ``lookup_candidates``."""
+    searched by ``lookup_candidates``; with ``config.lookup_group = G`` also the generated text
+    of the rows of its block of ``G`` that continue the same prompt (``group_of``)."""
     seq_BW, total_B = history(prompt_BT, lengths_B, out_BO, n_B)
+    group = group_of(prompt_BT, lengths_B, config.lookup_group) if config.lookup_group else None
     found = lookup_candidates(seq_BW, total_B, num=config.lookup_paths,
                               length=path_length(config), ngram_min=config.lookup_ngram[0],
-                              ngram_max=config.lookup_ngram[1], window=config.lookup_window)
+                              ngram_max=config.lookup_ngram[1], window=config.lookup_window,
+                              group=group)
     return found._replace(scores_BKL=jnp.where(found.valid_BKL,
                                                score_table(config)[found.ngram_BK], -jnp.inf))
+
+
+class Group(NamedTuple):
+    """The rows a row's lookup also copies from (``lookup_candidates``), ``G`` slots per row."""
+    rows_BG: jax.Array     # int32 [B, G]: the rows of each row's block (clipped to the batch)
+    ok_BG: jax.Array       # bool [B, G]: that row is a sibling (same prompt, not the row itself)
+    from_B: jax.Array      # int32 [B]: a row's text starts at this index of its sequence (its
+    #                        prompt length: siblings lend only what they generated)
+
+
+def group_of(prompt_BT, lengths_B, size: int) -> Group:
+    """Each row's siblings: the rows of its block of ``size`` consecutive rows (GRPO lays out a
+    prompt's samples so) that continue the same prompt (equal length and tokens)."""
+    B, T = prompt_BT.shape
+    rows_BG = (jnp.arange(B) // size * size)[:, None] + jnp.arange(size)[None]
+    inside_BT = jnp.arange(T)[None] < lengths_B[:, None]
+    tok_BT = jnp.where(inside_BT, prompt_BT, -1)
+    rows_BG_c = jnp.minimum(rows_BG, B - 1)
+    same_BG = ((lengths_B[rows_BG_c] == lengths_B[:, None])
+               & jnp.all(tok_BT[rows_BG_c] == tok_BT[:, None], axis=-1))
+    ok_BG = same_BG & (rows_BG < B) & (rows_BG != jnp.arange(B)[:, None])
+    return Group(rows_BG_c.astype(jnp.int32), ok_BG, lengths_B.astype(jnp.int32))
 
 
 def _proposed(paths: Candidates | None) -> Candidates:
@@ -165,50 +201,89 @@ def history(prompt_BT, lengths_B, out_BO, n_B):
 
 
 def lookup_candidates(seq_BW, total_B, *, num: int, length: int, ngram_min: int = 1,
-                      ngram_max: int = 4, window: int | None = None) -> Candidates:
+                      ngram_max: int = 4, window: int | None = None,
+                      group: Group | None = None) -> Candidates:
     """Up to ``num`` continuations of ``length`` tokens per row (see the module docstring).
 
     A continuation starts at ``c`` when the ``n`` tokens before ``c`` equal the row's last
     ``n`` tokens, ``c < total`` (at least one token follows) and the match starts inside the
     last ``window`` positions. Starts are ranked by their longest ``n`` (capped at
-    ``ngram_max``), then by recency; tokens past ``total`` are invalid."""
+    ``ngram_max``), then by recency; tokens past ``total`` are invalid.
+
+    ``group``: row ``b`` also searches its siblings' sequences (``group.rows_BG`` where
+    ``group.ok_BG``), from ``c >= from`` (their own text, not the prompt they share) up to
+    their ``total``; a sibling's start ranks after the row's own starts of the same ``n``,
+    then by slot (later first), then by position."""
     B, W = seq_BW.shape
+    if group is None:   # sources: the row itself (slot 0), then its siblings
+        src_BS, ok_BS = jnp.arange(B)[:, None], jnp.ones((B, 1), bool)
+    else:
+        src_BS = jnp.concatenate([jnp.arange(B)[:, None], group.rows_BG], axis=1)
+        ok_BS = jnp.concatenate([jnp.ones((B, 1), bool), group.ok_BG], axis=1)
+    S = src_BS.shape[1]
+    own_S = jnp.arange(S) == 0
+    src_BSW = seq_BW[src_BS]
     c_W = jnp.arange(W)
     last_B = total_B - 1
-    run_BW = jnp.ones((B, W), bool)
-    len_BW = jnp.zeros((B, W), jnp.int32)
-    for i in range(ngram_max):   # token c-1-i against the row's token total-1-i
-        at = c_W[None] - 1 - i
-        mine = jnp.take_along_axis(seq_BW, jnp.clip(at, 0, W - 1), axis=1)
-        want = jnp.take_along_axis(seq_BW, jnp.clip(last_B - i, 0, W - 1)[:, None], axis=1)
-        run_BW = run_BW & (at >= 0) & (last_B[:, None] - i >= 0) & (mine == want)
-        len_BW = len_BW + run_BW.astype(jnp.int32)
+    run_BSW = jnp.ones((B, S, W), bool)
+    len_BSW = jnp.zeros((B, S, W), jnp.int32)
+    for i in range(ngram_max):   # token c-1-i of the source against the row's token total-1-i
+        at = c_W - 1 - i
+        mine_BSW = src_BSW[:, :, jnp.clip(at, 0, W - 1)]
+        want_B = jnp.take_along_axis(seq_BW, jnp.clip(last_B - i, 0, W - 1)[:, None], axis=1)
+        run_BSW = (run_BSW & (at >= 0)[None, None] & (last_B - i >= 0)[:, None, None]
+                   & (mine_BSW == want_B[:, :, None]))
+        len_BSW = len_BSW + run_BSW.astype(jnp.int32)
+    total_BS = total_B[src_BS]
     lo_B = jnp.zeros_like(total_B) if window is None else total_B - window
-    ok_BW = ((len_BW >= ngram_min) & (c_W[None] < total_B[:, None])
-             & (c_W[None] - len_BW >= lo_B[:, None]))
-    rank_BW = jnp.where(ok_BW, len_BW * (W + 1) + c_W[None], -1)
-    rank_BK, start_BK = jax.lax.top_k(rank_BW, num)
+    from_BS = (jnp.zeros_like(src_BS) if group is None
+               else jnp.where(own_S[None], 0, group.from_B[src_BS]))
+    ok_BSW = ((len_BSW >= ngram_min) & ok_BS[:, :, None]
+              & (c_W[None, None] < total_BS[:, :, None])
+              & (c_W[None, None] >= from_BS[:, :, None])
+              & (~own_S[None, :, None] | (c_W[None, None] - len_BSW >= lo_B[:, None, None])))
+    # rank: n, then the row's own starts, then the later slot, then the later position
+    per_n = 2 * S * W
+    rank_BSW = (len_BSW * per_n + own_S[None, :, None] * (S * W)
+                + jnp.arange(S)[None, :, None] * W + c_W[None, None])
+    rank_BK, where_BK = jax.lax.top_k(jnp.where(ok_BSW, rank_BSW, -1).reshape(B, S * W), num)
     has_BK = rank_BK >= 0
-    pos_BKL = start_BK[:, :, None] + jnp.arange(length)[None, None]
-    tokens = jnp.take_along_axis(seq_BW, jnp.clip(pos_BKL, 0, W - 1).reshape(B, -1), axis=1)
-    valid = has_BK[:, :, None] & (pos_BKL < total_B[:, None, None])
-    return Candidates(jnp.where(valid, tokens.reshape(B, num, length), 0), valid,
-                      jnp.where(has_BK, rank_BK // (W + 1), 0).astype(jnp.int32))
+    src_BK = jnp.take_along_axis(src_BS, where_BK // W, axis=1)
+    pos_BKL = (where_BK % W)[:, :, None] + jnp.arange(length)[None, None]
+    tokens = seq_BW[src_BK[:, :, None], jnp.clip(pos_BKL, 0, W - 1)]
+    valid = has_BK[:, :, None] & (pos_BKL < total_B[src_BK][:, :, None])
+    return Candidates(jnp.where(valid, tokens, 0), valid,
+                      jnp.where(has_BK, rank_BK // per_n, 0).astype(jnp.int32))
 
 
 def reference_candidates(seq, total: int, *, num: int, length: int, ngram_min: int = 1,
-                         ngram_max: int = 4, window: int | None = None):
-    """``lookup_candidates`` for one row in plain Python: ``[(n, start, tokens), ...]``."""
+                         ngram_max: int = 4, window: int | None = None, siblings=()):
+    """``lookup_candidates`` for one row in plain Python: ``[(n, source, start, tokens), ...]``
+    (source -1: the row itself). ``siblings``: ``[(slot, seq, total, from), ...]``, the rows
+    of its group (``Group``) and their slots."""
     seq = [int(x) for x in seq[:total]]
-    found = []
-    for c in range(1, total):
-        n = 0
-        while n < ngram_max and c - 1 - n >= 0 and seq[c - 1 - n] == seq[total - 1 - n]:
-            n += 1
-        if n >= ngram_min and (window is None or c - n >= total - window):
-            found.append((n, c))
-    found.sort(key=lambda x: (-x[0], -x[1]))
-    return [(n, c, seq[c:c + length]) for n, c in found[:num]]
+
+    def matches(src, src_total, lo_c, own):
+        out = []
+        for c in range(max(1, lo_c), src_total):
+            n = 0
+            while (n < ngram_max and c - 1 - n >= 0 and total - 1 - n >= 0
+                   and src[c - 1 - n] == seq[total - 1 - n]):
+                n += 1
+            if n >= ngram_min and (not own or window is None or c - n >= total - window):
+                out.append((n, c))
+        return out
+
+    found = [(n, 1, -1, -1, c) for n, c in matches(seq, total, 1, True)]
+    for index, sib, sib_total, lo in siblings:
+        sib = [int(x) for x in sib[:sib_total]]
+        found += [(n, 0, index, sib, c) for n, c in matches(sib, sib_total, lo, False)]
+    found.sort(key=lambda x: (-x[0], -x[1], -(x[2] if x[2] >= 0 else 0), -x[4]))
+    out = []
+    for n, _, index, sib, c in found[:num]:
+        src = seq if index < 0 else sib
+        out.append((n, index, c, src[c:c + length]))
+    return out
 
 
 def log_accept_table(accept, length: int, ngram_max: int) -> np.ndarray:

@@ -23,6 +23,7 @@ class LastRollout:
     # ``method`` ``ar`` or ``lookup``
     plain: bool = False
     method: str = ""           # the method the call ran
+    stale: bool = False        # the stale-drafter guard holds the drafter back after this call
 
     @property
     def tau(self) -> float:
@@ -43,9 +44,12 @@ class LastRollout:
         return float(jnp.sum(jnp.where(sizes >= 0, sizes, 0)) / jnp.maximum(rounds, 1))
 
 
-def tunix_metrics(last: LastRollout | None, refresh_log: list[dict]) -> dict:
+def tunix_metrics(last: LastRollout | None, refresh_log: list[dict],
+                  guarded: bool = False) -> dict:
     """The latest rollout's acceptance (``rollout/tau``: tokens per target forward,
-    ``rollout/draft_size``: mean draft nodes per round, ``rollout/seconds``) and, when
+    ``rollout/draft_size``: mean draft nodes per round, ``rollout/seconds``; with the
+    stale-drafter guard ``guarded``, ``rollout/drafter_stale``: 1 while it holds the drafter
+    back, else 0) and, when
     ``refresh_log`` holds a drafter refresh step, the latest one's (``refresh/*``), as tunix's
     ``(value, aggregation)`` pairs; ``{}`` before the first rollout."""
     if last is None:
@@ -53,6 +57,8 @@ def tunix_metrics(last: LastRollout | None, refresh_log: list[dict]) -> dict:
     out = {"rollout/tau": (last.tau, np.mean),
            "rollout/draft_size": (last.mean_draft_size, np.mean),
            "rollout/seconds": (last.seconds, np.sum)}
+    if guarded:
+        out["rollout/drafter_stale"] = (float(last.stale), np.max)
     if refresh_log:
         r = refresh_log[-1]
         out.update({"refresh/loss": (r["loss"], np.mean),

@@ -27,6 +27,11 @@ on; ``refresh_log`` holds each step's metrics, time and memory, ``refreshed`` th
 ``lookup`` with ``lookup=K``; ``auto_probe``), so a policy that does not draft costs what
 ``ar`` does.
 
+The stale-drafter guard (``drafter_guard``, on by default; ``drafter_guard=False`` turns it
+off): when a drafted call's tokens per drafted round collapse against the drafter's recent
+record, calls run plain (the same sampling as ``ar``) until a probe finds the drafter healthy;
+``guard.events`` and the log say when, ``rollout/drafter_stale`` reports it to tunix.
+
 The clock (``clock=``, off by default): without one, which program a call runs and when the
 refresh steps follow the cost table and the measured chain τ alone, so two runs with the same
 seeds make the same rollouts. With one (``time.perf_counter``) the engine times its calls and
@@ -72,7 +77,8 @@ import numpy as np
 
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.precision import Precision
-from dominotree_jax.rollout.auto_probe import AutoProbe
+from dominotree_jax.rollout.auto_probe import AutoProbe, plain_config
+from dominotree_jax.rollout.drafter_guard import DrafterGuard, drafted_tau
 from dominotree_jax.rollout.drafter_refresh import DrafterRefresher
 from dominotree_jax.rollout.engine_batches import (prompt_batch, prompt_pads_for, rollout_output,
                                                    row_stop_array, stop_ids)
@@ -97,6 +103,7 @@ class DominoTreeRollout(BaseRollout):
                  return_features: bool = False, prompt_pads: str | None = None,
                  drafter_refresh: bool | dict | None = None, share_prefill: bool = True,
                  plain_calls: bool = True, clock: Callable[[], float] | None = None,
+                 drafter_guard: bool = True,
                  compiler_options: dict | None = None,
                  **decode_options):
         """``rollout_actor``: the target (see ``engine_params.target_of``). ``tokenizer``: HF or
@@ -132,6 +139,7 @@ class DominoTreeRollout(BaseRollout):
         whose processes must all run one program); the refresh's time budget spends from it.
         The reported seconds (``last.seconds``, ``refresh_log``) are read from it too
         (``time.perf_counter`` without one).
+        ``drafter_guard``: the stale-drafter guard (module docstring; ``drafter_guard``).
         ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
         Other keywords: ``DecodeConfig`` fields (``auto_sizes``, ``auto_costs``,
         ``draft_window``, ...). ``precision`` (one of them): the ``Precision`` the target and
@@ -189,6 +197,8 @@ class DominoTreeRollout(BaseRollout):
         self.last: LastRollout | None = None
         self._last_temperature = 1.0
         self.auto_probe = AutoProbe()
+        self.guard = DrafterGuard() if drafter_guard else None
+        self.num_calls = 0
 
     # ------------------------------------------------------------------ BaseRollout
     def generate(self, prompts: Sequence[str | Sequence[int]], rollout_config: RolloutConfig,
@@ -216,6 +226,10 @@ class DominoTreeRollout(BaseRollout):
         t0 = seconds_now()
         rows = place.global_rows(batch.size)
         ran = self.auto_probe.call_config(config, rows) if self.plain_calls else config
+        guarded = (self.guard is not None and ran.uses_drafter
+                   and not self.guard.allows_draft())
+        if guarded:   # a stale drafter: the plain program (the same sampling as ``ar``)
+            ran = plain_config(config)
         state = self.auto_probe.start_state(ran, rows)
         compiled = len(self.traces)
         out, prompt_in, lengths_in = self.programs.decode(
@@ -223,12 +237,22 @@ class DominoTreeRollout(BaseRollout):
         self.last = LastRollout(jnp.asarray(prompt_in), jnp.asarray(lengths_in), out,
                                 seconds_now() - t0, plain=ran is not config,
                                 method=ran.method)
+        self.num_calls += 1
         # (not across processes: each would read its own clock, and all must run one program)
         timed = self.plain_calls and self.clock is not None and len(self.traces) == compiled \
             and not place.multi_process
-        self.auto_probe.carry_call(
-            config, ran, rows, out,
-            self.last.num_tokens / self.last.seconds if timed else None)
+        if guarded:   # (not the auto policy's plain call: nothing counts towards its probe)
+            self.auto_probe.carry(ran, rows, out.auto_state)
+        else:
+            self.auto_probe.carry_call(
+                config, ran, rows, out,
+                self.last.num_tokens / self.last.seconds if timed else None)
+        if self.guard is not None:
+            if ran.uses_drafter:
+                self.guard.observe(config, rows, drafted_tau(out), self.num_calls)
+            elif self.guard.stale:
+                self.guard.plain_call()
+            self.last.stale = self.guard.stale
         if rc.temperature is not None:
             self._last_temperature = float(rc.temperature)
         self.refreshed = None
@@ -269,11 +293,14 @@ class DominoTreeRollout(BaseRollout):
         """New drafter parameter values (same structure), placed as the current ones (a
         refresh step's output carries the training mesh's sharding): no recompilation.
         ``probe``: ``budget="auto"`` probes the new drafter in its next round
-        (``auto_size.probe_next``) instead of waiting out a gap learned with the old one."""
+        (``auto_size.probe_next``) instead of waiting out a gap learned with the old one, and
+        a stale-drafter guard probes it in the next call."""
         self._params = dict(self._params, drafter=without_explicit_axes(
             placed_like(drafter_params, self._params["drafter"])))
         if probe:
             self.auto_probe.probe_all()
+            if self.guard is not None:
+                self.guard.new_drafter()
 
     def checkpoint_state(self) -> dict:
         """Host (numpy) copies of what the engine carries from rollout to rollout that is not
@@ -287,6 +314,8 @@ class DominoTreeRollout(BaseRollout):
                 "refresher": None if self.refresher is None else self.refresher.checkpoint_state(),
                 "refresh_schedule": None if self.refresh_schedule is None
                 else self.refresh_schedule.checkpoint_state(),
+                "drafter_guard": None if self.guard is None else self.guard.checkpoint_state(),
+                "num_calls": self.num_calls,
                 **self.auto_probe.checkpoint_state()}
 
     def restore_checkpoint_state(self, state: dict) -> None:
@@ -297,6 +326,9 @@ class DominoTreeRollout(BaseRollout):
         self._key = jax.random.wrap_key_data(jnp.asarray(state["key"], jnp.uint32))
         self.auto_probe.restore_checkpoint_state(state)
         self._last_temperature = float(state["last_temperature"])
+        self.num_calls = int(state.get("num_calls", 0))
+        if self.guard is not None:   # (a state saved before the guard: a fresh one)
+            self.guard = DrafterGuard.from_checkpoint(state.get("drafter_guard"))
         if self.refresher is not None:
             self.refresher.restore_checkpoint_state(state["refresher"])
             if state.get("refresh_schedule") is not None:   # (saved before it existed: kept)
@@ -352,7 +384,8 @@ class DominoTreeRollout(BaseRollout):
         (``engine_metrics.tunix_metrics``): pass ``metric_fns=[engine.tunix_metrics]`` to a
         tunix learner (called once per rollout micro-batch) and they reach tunix's metrics
         logger each global step."""
-        return tunix_metrics(self.last, [] if self.refreshed is None else [self.refreshed])
+        return tunix_metrics(self.last, [] if self.refreshed is None else [self.refreshed],
+                             guarded=self.guard is not None)
 
     def decode_config(self, rc: RolloutConfig) -> DecodeConfig:
         """The ``DecodeConfig`` a ``RolloutConfig`` maps to (one compiled program each)."""
