@@ -75,8 +75,7 @@ def main(argv=None):
     spec_cfg = pair.config(args.method, max_new_tokens=args.max_new_tokens, budget=args.budget,
                            lookup=args.lookup)
     out, dt = _timed(decode, pair.params, ids, config=spec_cfg)
-    ar, dt_ar = _timed(decode, pair.params, ids, config=spec_cfg.replace(method="ar", lookup=0,
-                                                                   lookup_group=0))
+    ar, dt_ar = _timed(decode, pair.params, ids, config=spec_cfg.replace(method="ar", lookup=0))
     pair32 = pair.with_precision("float32")
     if pair32.precision != pair.precision:   # the speed reference: float32 ar
         ar32_cfg = pair32.config("ar", max_new_tokens=args.max_new_tokens)

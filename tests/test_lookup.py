@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dominotree_jax import DecodeConfig
+from dominotree_jax import DecodeConfig, decode
 from dominotree_jax.decoding.costs import CostTable
 from dominotree_jax.decoding.lookup import (DEFAULT_ACCEPT, Group, history, log_accept_table,
                                             group_of, lookup_candidates, merge_row,
@@ -77,16 +77,43 @@ def test_group_candidates_equal_the_python_reference(kind):
                     for j, s in enumerate(rows[b], start=1) if ok[b, j - 1]]
             _check_row(seq[b], int(totals[b]), jax.tree.map(lambda x: x[b], got),
                        siblings=sibs, **kw)
-    assert any(c[1] >= 0 for c in reference_candidates(
+    assert any(c[1] > 0 for c in reference_candidates(
         seq[1], 12, num=6, length=3, siblings=[(3, seq[2], 25, 2)]))
+
+
+def test_history_candidates_equal_the_python_reference():
+    """``history_BhW``: earlier texts searched too, after the row's own and its siblings'
+    starts of the same n."""
+    rng = np.random.default_rng(5)
+    B, W, H = 4, 32, 3
+    seq = rng.integers(0, 5, size=(B, W)).astype(np.int32)
+    totals = np.array([4, 13, 20, 32], np.int32)
+    hist = rng.integers(0, 5, size=(B, H, W)).astype(np.int32)
+    ends = rng.integers(0, W + 1, size=(B, H))
+    ends[0, 1] = 0                               # an empty history entry
+    hist[np.arange(W)[None, None] >= ends[..., None]] = -1
+    rows = np.array([[1], [0], [3], [2]])
+    ok = np.array([[True], [True], [False], [True]])
+    group = Group(jnp.asarray(rows, jnp.int32), jnp.asarray(ok), jnp.asarray([2, 2, 3, 3]))
+    kw = dict(num=6, length=4, ngram_min=1, ngram_max=3, window=None)
+    got = lookup_candidates(jnp.asarray(seq), jnp.asarray(totals), group=group,
+                            history_BhW=jnp.asarray(hist), **kw)
+    for b in range(B):
+        sibs = [(1, seq[rows[b, 0]], int(totals[rows[b, 0]]), [2, 2, 3, 3][rows[b, 0]])] \
+            if ok[b, 0] else []
+        history = [(2 + h, hist[b, h, :ends[b, h]]) for h in range(H)]
+        _check_row(seq[b], int(totals[b]), jax.tree.map(lambda x: x[b], got), siblings=sibs,
+                   history=history, **kw)
+    assert any(c[1] >= 2 for c in reference_candidates(seq[0], 4, siblings=(), history=[
+        (2, hist[0, 0, :ends[0, 0]])], **kw))
 
 
 def test_groups_are_blocks_of_rows_with_the_same_prompt():
     prompt = jnp.array([[5, 6, 7, 0], [5, 6, 7, 9], [5, 6, 0, 0], [5, 6, 7, 4], [5, 6, 7, 1]])
     g = group_of(prompt, jnp.array([3, 3, 2, 3, 3]), 2)   # blocks {0, 1}, {2, 3}, {4}
-    np.testing.assert_array_equal(np.asarray(g.rows_BG), [[0, 1], [0, 1], [2, 3], [2, 3],
+    np.testing.assert_array_equal(np.asarray(g.rows_Bg), [[0, 1], [0, 1], [2, 3], [2, 3],
                                                           [4, 4]])
-    np.testing.assert_array_equal(np.asarray(g.ok_BG), [[0, 1], [1, 0], [0, 0], [0, 0],
+    np.testing.assert_array_equal(np.asarray(g.ok_Bg), [[0, 1], [1, 0], [0, 0], [0, 0],
                                                         [0, 0]])
     np.testing.assert_array_equal(np.asarray(g.from_B), [3, 3, 2, 3, 3])
 
@@ -226,10 +253,37 @@ def test_group_lookup_is_identical_to_ar_and_reads_the_siblings():
         out = jdecode(params, jnp.asarray(prompts), prompt_lengths=jnp.asarray(lengths),
                       config=cfg)
         np.testing.assert_array_equal(out.tokens, ref.tokens, err_msg=method)
-    with pytest.raises(ValueError, match="lookup_group=G searches the group's text"):
+    with pytest.raises(ValueError, match="lookup_group=2 searches more text for lookup paths"):
         DecodeConfig(target=tcfg, drafter=dcfg, method="dominotree", lookup_group=2)
     with pytest.raises(ValueError, match="lookup_group must be an int >= 0"):
         DecodeConfig(target=tcfg, method="lookup", lookup_group=True)
+
+
+def test_history_lookup_copies_earlier_texts_and_equals_ar():
+    """``lookup_history=2``: a row whose earlier text is the target's own continuation copies
+    it (τ far above the rounds without), the tokens still ``ar``'s; bad histories refused."""
+    tcfg, _, params = tiny_pair(vocab=64, block_size=4)
+    prompts = jnp.asarray(np.stack([np.roll(PROMPT, 5), np.roll(PROMPT, 9)]))
+    kw = dict(target=tcfg, max_new_tokens=24)
+    ref = jdecode(params, prompts, config=DecodeConfig(method="ar", **kw))
+    hist = np.full((2, 2, 24), -1, np.int32)
+    hist[:, 1, :] = np.asarray(ref.tokens)          # slot 0 empty, slot 1 the continuation
+    cfg = DecodeConfig(method="lookup", budget=6, lookup=2, lookup_length=6, lookup_history=2,
+                       **kw)
+    target = {"target": params["target"]}
+    out = jdecode(target, prompts, config=cfg, lookup_history=jnp.asarray(hist))
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    without = jdecode(target, prompts, config=cfg)   # the same config, no texts given
+    np.testing.assert_array_equal(without.tokens, ref.tokens)
+    assert float(out.mean_tau()) > float(without.mean_tau()) + 1.0
+    for bad, match in ((hist[:, :1], r"lookup_history must be an integer \[B=2, H=2, C\]"),
+                       (np.full((2, 2, 99), -1), "1 to 41 tokens wide"),
+                       (np.full((2, 2, 3), 64), "lookup_history outside the vocabulary")):
+        with pytest.raises(ValueError, match=match):   # refused before anything compiles
+            decode(target, prompts, config=cfg, lookup_history=jnp.asarray(bad))
+    with pytest.raises(ValueError, match="need a config with lookup_history=H"):
+        decode(target, prompts, config=cfg.replace(lookup_history=0),
+               lookup_history=jnp.asarray(hist))
 
 
 def test_auto_with_lookup_is_identical_to_ar_and_uses_lookup_only_rounds():
@@ -277,20 +331,26 @@ def test_lookup_without_a_drafter_takes_auto_sizes_and_equals_ar(batch):
     assert int(np.asarray(out.draft_sizes).max()) == 0
 
 
-@pytest.mark.parametrize("method,budget,group", [("lookup", 6, 0), ("lookup", "auto", 0),
-                                                 ("dominotree", 6, 0), ("lookup", 6, 4),
-                                                 ("dominotree", "auto", 4)])
-def test_sampling_with_lookup_is_the_targets_distribution(method, budget, group):
-    """``group``: rows draft from their siblings' text too (``lookup_group``)."""
+@pytest.mark.parametrize("method,budget,group,hist", [
+    ("lookup", 6, 0, 0), ("lookup", "auto", 0, 0), ("dominotree", 6, 0, 0), ("lookup", 6, 4, 2),
+    ("dominotree", "auto", 4, 2)])
+def test_sampling_with_lookup_is_the_targets_distribution(method, budget, group, hist):
+    """``group``/``hist``: rows draft from their siblings' text and from earlier texts too
+    (``lookup_group``, ``lookup_history``)."""
     runs = 20000
     tcfg, dcfg, params, prompt, exact = sampling_case()
     # a prompt that repeats so lookup finds matches from the first round
     cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=3,
                        temperature=1.0, budget=budget, node_topk=2, top_m=0, lookup=3,
-                       lookup_group=group,
+                       lookup_group=group, lookup_history=hist,
                        auto_costs=CostTable(verify=((1, 1.0), (17, 1.2)), source="test"))
+    history = None
+    if hist:   # earlier texts: the prompt's own tokens and random ones
+        rng = np.random.default_rng(0)
+        history = np.concatenate([np.tile(np.tile(np.asarray(prompt), 2)[:6], (runs, 1, 1)),
+                                  rng.integers(0, tcfg.vocab_size, (runs, 1, 6))], axis=1)
     out = jit_decode(SAMPLING_XLA)(params, jnp.tile(prompt, (runs, 1)), config=cfg,
-                                   key=jax.random.key(11))
+                                   key=jax.random.key(11), lookup_history=history)
     toks = np.asarray(out.tokens)
     assert first_tokens_chi_square_p(toks, exact, tcfg.vocab_size) > 1e-3
     assert int(np.asarray(out.accept_lengths).max()) > 1

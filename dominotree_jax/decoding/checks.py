@@ -32,10 +32,11 @@ class DecodeInputs(NamedTuple):
     rows_B: Int[Array, " B"] | None      # prompt_rows
     stops_Be: Int[Array, "B e"] | None   # row_stop_ids
     sampling: Sampling | None            # None: greedy
+    history_BhW: Int[Array, "B h W"] | None = None   # lookup_history
 
 
 def checked_inputs(prompt, *, config: DecodeConfig, key, prompt_lengths, prompt_rows,
-                   row_stop_ids, sampling) -> DecodeInputs:
+                   row_stop_ids, sampling, lookup_history=None) -> DecodeInputs:
     """``decode``'s arguments as int32 arrays of the shapes it reads, refused by name when a
     shape, dtype or setting is wrong (values: ``refuse_on_host`` / ``refuse_in_program``)."""
     prompt_bT = jnp.asarray(prompt)
@@ -62,7 +63,19 @@ def checked_inputs(prompt, *, config: DecodeConfig, key, prompt_lengths, prompt_
     B = b if rows_B is None else rows_B.shape[0]
     stops_Be = None if row_stop_ids is None else _int_array(
         row_stop_ids, "row_stop_ids", (B, None), f"an integer [B={B}, e] array (-1 = padding)")
-    return DecodeInputs(prompt_bT, lengths_b, rows_B, stops_Be, _sampling(config, sampling))
+    history_BhW = None
+    if lookup_history is not None:
+        if not config.lookup_history:
+            raise ValueError("lookup_history texts need a config with lookup_history=H (H texts "
+                             "per row); this one has 0")
+        H, C = config.lookup_history, T + config.max_new_tokens
+        history_BhW = _int_array(lookup_history, "lookup_history", (B, H, None),
+                                 f"an integer [B={B}, H={H}, C] array (-1 = past the end)")
+        if not 1 <= history_BhW.shape[2] <= C:
+            raise ValueError(f"lookup_history texts must be 1 to {C} tokens wide (prompt width "
+                             f"+ max_new_tokens), got {history_BhW.shape[2]}")
+    return DecodeInputs(prompt_bT, lengths_b, rows_B, stops_Be, _sampling(config, sampling),
+                        history_BhW)
 
 
 def _int_array(x, name: str, shape, described: str):
@@ -112,6 +125,10 @@ def _failures(v: DecodeInputs, config: DecodeConfig, xp):
         yield xp.any((v.stops_Be < -1) | (v.stops_Be >= V)), \
             lambda h: (f"row_stop_ids outside the vocabulary (or -1): "
                        f"{_listed(h.stops_Be[(h.stops_Be < -1) | (h.stops_Be >= V)])}")
+    if v.history_BhW is not None:
+        yield xp.any((v.history_BhW < -1) | (v.history_BhW >= V)), \
+            lambda h: (f"lookup_history outside the vocabulary (or -1): "
+                       f"{_listed(h.history_BhW[(h.history_BhW < -1) | (h.history_BhW >= V)])}")
     if v.sampling is not None:
         t, k, p = v.sampling
         yield ~(t > 0) | ~((p > 0) & (p <= 1)) | (k < 0), \

@@ -77,13 +77,15 @@ class DecodeConfig:
     # matched n (rows) and depth (columns), the scores that rank lookup nodes against the
     # drafter's (None: measured default, lookup.DEFAULT_ACCEPT); lookup_group = G: a row also
     # copies from what the rows of its block of G consecutive rows that continue the same
-    # prompt have generated (GRPO's group; 0 = off)
+    # prompt have generated (GRPO's group; 0 = off); lookup_history = H: and H earlier texts
+    # per row, ``decode(..., lookup_history=[B, H, C])`` (the engine keeps them per prompt)
     lookup: int = 0
     lookup_ngram: tuple[int, int] = (1, 4)
     lookup_length: int | None = None
     lookup_window: int = 1024
     lookup_accept: tuple[tuple[float, ...], ...] | None = None
     lookup_group: int = 0
+    lookup_history: int = 0
     # the precision the parameters are held in (a ``precision.Precision`` or its text, e.g.
     # "float32+bfloat16"): ``decode`` refuses parameters held in another, naming both. None:
     # whatever they are held in (read from their dtypes; ``Pair.config`` sets the pair's)

@@ -91,7 +91,7 @@ def draft_head(params, config: DecodeConfig):
 
 def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=None,
            auto_state=None, row_stop_ids=None, prompt_rows=None, draft_head=None,
-           sampling=None) -> DecodeOutput:
+           sampling=None, lookup_history=None) -> DecodeOutput:
     """Generate up to ``config.max_new_tokens`` tokens after ``prompt`` (``[T]`` or ``[B, T]``).
 
     ``params``: ``{"target": state, "drafter": state or None}``. Call it directly: the inputs
@@ -111,11 +111,14 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     ``draft_head``: ``draft_head(params, config)`` made beforehand for these parameters (else
     gathered here, once per call). ``sampling``: ``sampling.Sampling`` values (temperature,
     top_k, top_p; e.g. traced inside your own jit) used instead of the config's, which must
-    then sample (temperature > 0: greediness is static).
+    then sample (temperature > 0: greediness is static). ``lookup_history``
+    (``config.lookup_history = H``): ``[B, H, C]`` int, each output row's ``H`` earlier texts
+    (e.g. earlier samples of its prompt; -1 past each one's end) that its lookup drafting
+    searches too; None: none.
     """
     inputs = checks.checked_inputs(prompt, config=config, key=key, prompt_lengths=prompt_lengths,
                                    prompt_rows=prompt_rows, row_stop_ids=row_stop_ids,
-                                   sampling=sampling)
+                                   sampling=sampling, lookup_history=lookup_history)
     if auto_state is not None and not config.is_auto:
         raise ValueError("auto_state is only for budget='auto' configs")
     checks.check_params(params, config, config.uses_drafter)
@@ -134,7 +137,7 @@ def _decode_program(params, inputs: checks.DecodeInputs, key, auto_state, head_C
                     config: DecodeConfig) -> DecodeOutput:
     """``decode`` on checked inputs: prefill, then the loop of rounds. ``config`` is a
     ``DecodeConfig.program``: its sampling values are ``inputs.sampling``."""
-    prompt_bT, lengths_b, rows_B, stops_Be, sampling = inputs
+    prompt_bT, lengths_b, rows_B, stops_Be, sampling, history_BhW = inputs
     T = prompt_bT.shape[1]
     B = lengths_b.shape[0] if rows_B is None else rows_B.shape[0]
     lengths_B = lengths_b if rows_B is None else lengths_b[rows_B]
@@ -160,7 +163,8 @@ def _decode_program(params, inputs: checks.DecodeInputs, key, auto_state, head_C
     consts = LoopConstants(config=config, target=target, drafter=drafter, lengths_B=lengths_B,
                            prompt_BT=prompt_bT if rows_B is None else prompt_bT[rows_B],
                            head_rows_CH=_head_rows(drafter, target, head_CH, config),
-                           sampling=sampling, stops_Be=stops_Be, policy=policy,
+                           sampling=sampling, stops_Be=stops_Be, history_BhW=history_BhW,
+                           policy=policy,
                            plain_target=plain_target, plain_drafter=plain_drafter)
     state = first_state(pre, key, consts,
                         auto=None if policy is None else policy.init(auto_state))

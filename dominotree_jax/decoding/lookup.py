@@ -84,13 +84,14 @@ def checked_settings(config) -> tuple[tuple[int, int], tuple | None]:
     if config.lookup and config.method == "ar":
         raise ValueError("lookup drafting needs a drafting method: method='lookup' (no "
                          "drafter) or a drafter's method with lookup=K")
-    if (not isinstance(config.lookup_group, int) or isinstance(config.lookup_group, bool)
-            or config.lookup_group < 0):
-        raise ValueError(f"lookup_group must be an int >= 0 (rows per group block; 0 = off), "
-                         f"got {config.lookup_group!r}")
-    if config.lookup_group and not config.lookup_paths:
-        raise ValueError("lookup_group=G searches the group's text for lookup paths: it "
-                         "needs lookup=K (or method='lookup')")
+    for name, what in (("lookup_group", "rows per group block"),
+                       ("lookup_history", "earlier texts per row")):
+        v = getattr(config, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name} must be an int >= 0 ({what}; 0 = off), got {v!r}")
+        if v and not config.lookup_paths:
+            raise ValueError(f"{name}={v} searches more text for lookup paths: it needs "
+                             f"lookup=K (or method='lookup')")
     acc = config.lookup_accept
     if acc is not None:
         acc = tuple(tuple(float(x) for x in row) for row in acc)
@@ -113,25 +114,32 @@ def score_table(config):
                                         path_length(config), config.lookup_ngram[1]))
 
 
-def propose(config, prompt_BT, lengths_B, out_BO, n_B) -> Candidates:
+def propose(config, prompt_BT, lengths_B, out_BO, n_B, history_BhW=None) -> Candidates:
     """This round's ``config.lookup_paths`` lookup paths per row, scored: each row's text so far
     (its prompt, right-padded in ``prompt_BT``, then its ``n_B`` tokens of ``out_BO``)
     searched by ``lookup_candidates``; with ``config.lookup_group = G`` also the generated text
-    of the rows of its block of ``G`` that continue the same prompt (``group_of``)."""
+    of the rows of its block of ``G`` that continue the same prompt (``group_of``), and the
+    earlier texts ``history_BhW`` (``decode``'s ``lookup_history``: -1 past each one's end)."""
     seq_BW, total_B = history(prompt_BT, lengths_B, out_BO, n_B)
     group = group_of(prompt_BT, lengths_B, config.lookup_group) if config.lookup_group else None
+    hist_BhW = None
+    if history_BhW is not None:   # to the width of the rows' texts (decode checks C <= W)
+        W = seq_BW.shape[1]
+        hist_BhW = jnp.pad(history_BhW[:, :, :W],
+                           ((0, 0), (0, 0), (0, max(0, W - history_BhW.shape[2]))),
+                           constant_values=-1)
     found = lookup_candidates(seq_BW, total_B, num=config.lookup_paths,
                               length=path_length(config), ngram_min=config.lookup_ngram[0],
                               ngram_max=config.lookup_ngram[1], window=config.lookup_window,
-                              group=group)
+                              group=group, history_BhW=hist_BhW)
     return found._replace(scores_BKL=jnp.where(found.valid_BKL,
                                                score_table(config)[found.ngram_BK], -jnp.inf))
 
 
 class Group(NamedTuple):
     """The rows a row's lookup also copies from (``lookup_candidates``), ``G`` slots per row."""
-    rows_BG: jax.Array     # int32 [B, G]: the rows of each row's block (clipped to the batch)
-    ok_BG: jax.Array       # bool [B, G]: that row is a sibling (same prompt, not the row itself)
+    rows_Bg: jax.Array     # int32 [B, G]: the rows of each row's block (clipped to the batch)
+    ok_Bg: jax.Array       # bool [B, G]: that row is a sibling (same prompt, not the row itself)
     from_B: jax.Array      # int32 [B]: a row's text starts at this index of its sequence (its
     #                        prompt length: siblings lend only what they generated)
 
@@ -140,14 +148,14 @@ def group_of(prompt_BT, lengths_B, size: int) -> Group:
     """Each row's siblings: the rows of its block of ``size`` consecutive rows (GRPO lays out a
     prompt's samples so) that continue the same prompt (equal length and tokens)."""
     B, T = prompt_BT.shape
-    rows_BG = (jnp.arange(B) // size * size)[:, None] + jnp.arange(size)[None]
+    rows_Bg = (jnp.arange(B) // size * size)[:, None] + jnp.arange(size)[None]
     inside_BT = jnp.arange(T)[None] < lengths_B[:, None]
     tok_BT = jnp.where(inside_BT, prompt_BT, -1)
-    rows_BG_c = jnp.minimum(rows_BG, B - 1)
-    same_BG = ((lengths_B[rows_BG_c] == lengths_B[:, None])
-               & jnp.all(tok_BT[rows_BG_c] == tok_BT[:, None], axis=-1))
-    ok_BG = same_BG & (rows_BG < B) & (rows_BG != jnp.arange(B)[:, None])
-    return Group(rows_BG_c.astype(jnp.int32), ok_BG, lengths_B.astype(jnp.int32))
+    rows_Bg_c = jnp.minimum(rows_Bg, B - 1)
+    same_Bg = ((lengths_B[rows_Bg_c] == lengths_B[:, None])
+               & jnp.all(tok_BT[rows_Bg_c] == tok_BT[:, None], axis=-1))
+    ok_Bg = same_Bg & (rows_Bg < B) & (rows_Bg != jnp.arange(B)[:, None])
+    return Group(rows_Bg_c.astype(jnp.int32), ok_Bg, lengths_B.astype(jnp.int32))
 
 
 def _proposed(paths: Candidates | None) -> Candidates:
@@ -202,7 +210,7 @@ def history(prompt_BT, lengths_B, out_BO, n_B):
 
 def lookup_candidates(seq_BW, total_B, *, num: int, length: int, ngram_min: int = 1,
                       ngram_max: int = 4, window: int | None = None,
-                      group: Group | None = None) -> Candidates:
+                      group: Group | None = None, history_BhW=None) -> Candidates:
     """Up to ``num`` continuations of ``length`` tokens per row (see the module docstring).
 
     A continuation starts at ``c`` when the ``n`` tokens before ``c`` equal the row's last
@@ -210,57 +218,72 @@ def lookup_candidates(seq_BW, total_B, *, num: int, length: int, ngram_min: int 
     last ``window`` positions. Starts are ranked by their longest ``n`` (capped at
     ``ngram_max``), then by recency; tokens past ``total`` are invalid.
 
-    ``group``: row ``b`` also searches its siblings' sequences (``group.rows_BG`` where
-    ``group.ok_BG``), from ``c >= from`` (their own text, not the prompt they share) up to
-    their ``total``; a sibling's start ranks after the row's own starts of the same ``n``,
-    then by slot (later first), then by position."""
+    ``group``: row ``b`` also searches its siblings' sequences (``group.rows_Bg`` where
+    ``group.ok_Bg``), from ``c >= from`` (their own text, not the prompt they share) up to
+    their ``total``. ``history_BhW``: and ``H`` earlier texts per row (int, left-packed, -1
+    past each one's end). For the same ``n`` the row's own starts rank first, then the
+    siblings', then the history's; then the later slot, then the later position."""
     B, W = seq_BW.shape
-    if group is None:   # sources: the row itself (slot 0), then its siblings
-        src_BS, ok_BS = jnp.arange(B)[:, None], jnp.ones((B, 1), bool)
-    else:
-        src_BS = jnp.concatenate([jnp.arange(B)[:, None], group.rows_BG], axis=1)
-        ok_BS = jnp.concatenate([jnp.ones((B, 1), bool), group.ok_BG], axis=1)
-    S = src_BS.shape[1]
-    own_S = jnp.arange(S) == 0
-    src_BSW = seq_BW[src_BS]
+    rows_B = jnp.arange(B)
+    src_Bu, ok_Bu = rows_B[:, None], jnp.ones((B, 1), bool)   # slot 0: the row itself
+    from_Bu = jnp.zeros((B, 1), jnp.int32)
+    tier = [2]
+    if group is not None:
+        G = group.rows_Bg.shape[1]
+        src_Bu = jnp.concatenate([src_Bu, group.rows_Bg], axis=1)
+        ok_Bu = jnp.concatenate([ok_Bu, group.ok_Bg], axis=1)
+        from_Bu = jnp.concatenate([from_Bu, group.from_B[group.rows_Bg]], axis=1)
+        tier += [1] * G
+    src_BuW = seq_BW[src_Bu]
+    total_Bu = total_B[src_Bu]
+    if history_BhW is not None:
+        H = history_BhW.shape[1]
+        hist_total_Bh = jnp.sum(history_BhW >= 0, axis=-1).astype(total_B.dtype)
+        src_BuW = jnp.concatenate([src_BuW, history_BhW.astype(seq_BW.dtype)], axis=1)
+        total_Bu = jnp.concatenate([total_Bu, hist_total_Bh], axis=1)
+        ok_Bu = jnp.concatenate([ok_Bu, hist_total_Bh > 0], axis=1)
+        from_Bu = jnp.concatenate([from_Bu, jnp.zeros((B, H), jnp.int32)], axis=1)
+        tier += [0] * H
+    u = src_BuW.shape[1]
+    tier_u = jnp.asarray(tier, jnp.int32)
+    own_u = jnp.arange(u) == 0
     c_W = jnp.arange(W)
     last_B = total_B - 1
-    run_BSW = jnp.ones((B, S, W), bool)
-    len_BSW = jnp.zeros((B, S, W), jnp.int32)
+    run_BuW = jnp.ones((B, u, W), bool)
+    len_BuW = jnp.zeros((B, u, W), jnp.int32)
     for i in range(ngram_max):   # token c-1-i of the source against the row's token total-1-i
         at = c_W - 1 - i
-        mine_BSW = src_BSW[:, :, jnp.clip(at, 0, W - 1)]
+        mine_BuW = src_BuW[:, :, jnp.clip(at, 0, W - 1)]
         want_B = jnp.take_along_axis(seq_BW, jnp.clip(last_B - i, 0, W - 1)[:, None], axis=1)
-        run_BSW = (run_BSW & (at >= 0)[None, None] & (last_B - i >= 0)[:, None, None]
-                   & (mine_BSW == want_B[:, :, None]))
-        len_BSW = len_BSW + run_BSW.astype(jnp.int32)
-    total_BS = total_B[src_BS]
+        run_BuW = (run_BuW & (at >= 0)[None, None] & (last_B - i >= 0)[:, None, None]
+                   & (mine_BuW == want_B[:, :, None]))
+        len_BuW = len_BuW + run_BuW.astype(jnp.int32)
     lo_B = jnp.zeros_like(total_B) if window is None else total_B - window
-    from_BS = (jnp.zeros_like(src_BS) if group is None
-               else jnp.where(own_S[None], 0, group.from_B[src_BS]))
-    ok_BSW = ((len_BSW >= ngram_min) & ok_BS[:, :, None]
-              & (c_W[None, None] < total_BS[:, :, None])
-              & (c_W[None, None] >= from_BS[:, :, None])
-              & (~own_S[None, :, None] | (c_W[None, None] - len_BSW >= lo_B[:, None, None])))
-    # rank: n, then the row's own starts, then the later slot, then the later position
-    per_n = 2 * S * W
-    rank_BSW = (len_BSW * per_n + own_S[None, :, None] * (S * W)
-                + jnp.arange(S)[None, :, None] * W + c_W[None, None])
-    rank_BK, where_BK = jax.lax.top_k(jnp.where(ok_BSW, rank_BSW, -1).reshape(B, S * W), num)
+    ok_BuW = ((len_BuW >= ngram_min) & ok_Bu[:, :, None]
+              & (c_W[None, None] < total_Bu[:, :, None])
+              & (c_W[None, None] >= from_Bu[:, :, None])
+              & (~own_u[None, :, None] | (c_W[None, None] - len_BuW >= lo_B[:, None, None])))
+    # rank: n, then the source's tier (own, sibling, history), then the later slot and position
+    per_n = 3 * u * W
+    rank_BuW = (len_BuW * per_n + tier_u[None, :, None] * (u * W)
+                + jnp.arange(u)[None, :, None] * W + c_W[None, None])
+    rank_BK, where_BK = jax.lax.top_k(jnp.where(ok_BuW, rank_BuW, -1).reshape(B, u * W), num)
     has_BK = rank_BK >= 0
-    src_BK = jnp.take_along_axis(src_BS, where_BK // W, axis=1)
+    slot_BK = where_BK // W
     pos_BKL = (where_BK % W)[:, :, None] + jnp.arange(length)[None, None]
-    tokens = seq_BW[src_BK[:, :, None], jnp.clip(pos_BKL, 0, W - 1)]
-    valid = has_BK[:, :, None] & (pos_BKL < total_B[src_BK][:, :, None])
+    tokens = src_BuW[rows_B[:, None, None], slot_BK[:, :, None], jnp.clip(pos_BKL, 0, W - 1)]
+    end_BK = jnp.take_along_axis(total_Bu, slot_BK, axis=1)
+    valid = has_BK[:, :, None] & (pos_BKL < end_BK[:, :, None])
     return Candidates(jnp.where(valid, tokens, 0), valid,
                       jnp.where(has_BK, rank_BK // per_n, 0).astype(jnp.int32))
 
 
 def reference_candidates(seq, total: int, *, num: int, length: int, ngram_min: int = 1,
-                         ngram_max: int = 4, window: int | None = None, siblings=()):
-    """``lookup_candidates`` for one row in plain Python: ``[(n, source, start, tokens), ...]``
-    (source -1: the row itself). ``siblings``: ``[(slot, seq, total, from), ...]``, the rows
-    of its group (``Group``) and their slots."""
+                         ngram_max: int = 4, window: int | None = None, siblings=(),
+                         history=()):
+    """``lookup_candidates`` for one row in plain Python: ``[(n, slot, start, tokens), ...]``
+    (slot 0: the row itself). ``siblings``: ``[(slot, seq, total, from), ...]``, the rows of
+    its group (``Group``) and their slots; ``history``: ``[(slot, tokens), ...]``."""
     seq = [int(x) for x in seq[:total]]
 
     def matches(src, src_total, lo_c, own):
@@ -274,16 +297,15 @@ def reference_candidates(seq, total: int, *, num: int, length: int, ngram_min: i
                 out.append((n, c))
         return out
 
-    found = [(n, 1, -1, -1, c) for n, c in matches(seq, total, 1, True)]
-    for index, sib, sib_total, lo in siblings:
+    found = [(n, 2, 0, seq, c) for n, c in matches(seq, total, 1, True)]
+    for slot, sib, sib_total, lo in siblings:
         sib = [int(x) for x in sib[:sib_total]]
-        found += [(n, 0, index, sib, c) for n, c in matches(sib, sib_total, lo, False)]
-    found.sort(key=lambda x: (-x[0], -x[1], -(x[2] if x[2] >= 0 else 0), -x[4]))
-    out = []
-    for n, _, index, sib, c in found[:num]:
-        src = seq if index < 0 else sib
-        out.append((n, index, c, src[c:c + length]))
-    return out
+        found += [(n, 1, slot, sib, c) for n, c in matches(sib, sib_total, lo, False)]
+    for slot, text in history:
+        text = [int(x) for x in text]
+        found += [(n, 0, slot, text, c) for n, c in matches(text, len(text), 1, False)]
+    found.sort(key=lambda x: (-x[0], -x[1], -x[2], -x[4]))
+    return [(n, slot, c, src[c:c + length]) for n, _, slot, src, c in found[:num]]
 
 
 def log_accept_table(accept, length: int, ngram_max: int) -> np.ndarray:

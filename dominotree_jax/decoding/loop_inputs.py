@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=("target", "drafter", "lengths_B", "prompt_BT", "head_rows_CH",
-                                "sampling", "stops_Be", "plain_target", "plain_drafter"),
+                                "sampling", "stops_Be", "history_BhW", "plain_target",
+                                "plain_drafter"),
                    meta_fields=("config", "policy"))
 @dataclasses.dataclass(frozen=True)
 class LoopConstants:
@@ -45,6 +46,9 @@ class LoopConstants:
     sampling: Sampling | None = None
     stops_Be: Int[Array, "B e"] | None = None   # each row's own stop ids (-1 = none), besides
     #                                              config.stop_ids (decode's row_stop_ids)
+    # lookup_history = H: each row's H earlier texts (-1 past each one's end; decode's
+    # ``lookup_history``), searched by ``lookup.propose``
+    history_BhW: Int[Array, "B h W"] | None = None
     policy: AutoPolicy | None = None   # budget="auto": the draft-size policy (static)
     # budget="auto": the target a plain step (size 0) runs and whose token embedding the
     # Domino head reads, e.g. the float32 view of 16-bit weights made before the loop

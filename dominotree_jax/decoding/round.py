@@ -339,7 +339,8 @@ def round_input(state: LoopState, consts: LoopConstants, *,
         if consts.prompt_BT is None:
             raise ValueError("lookup drafting needs each row's prompt (LoopConstants.prompt_BT)")
         with jax.named_scope(STAGE_LOOKUP):
-            paths = lookup.propose(config, consts.prompt_BT, lengths_B, state.out_BO, state.n_B)
+            paths = lookup.propose(config, consts.prompt_BT, lengths_B, state.out_BO, state.n_B,
+                                   consts.history_BhW)
     inp = RoundInput(cache=state.cache, ctx=state.ctx,
                      t0_B=jnp.take_along_axis(state.out_BO, (state.n_B - 1)[:, None], 1)[:, 0],
                      start_B=lengths_B + state.n_B - 1, key=key, lookup=paths)

@@ -65,13 +65,14 @@ class RolloutPrograms:
         self.logp_traces: list[tuple] = []
 
         def run(params, head_CH, prompt_BT, lengths_B, prompt_rows, key, auto_state,
-                row_stops_Be, sampling, *, config):
+                row_stops_Be, sampling, history_BhW, *, config):
             self.traces.append(config)   # Python side effect: once per compilation
             if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):   # key data (uint32)
                 key = jax.random.wrap_key_data(key)
             return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
                           auto_state=auto_state, row_stop_ids=row_stops_Be,
-                          prompt_rows=prompt_rows, draft_head=head_CH, sampling=sampling)
+                          prompt_rows=prompt_rows, draft_head=head_CH, sampling=sampling,
+                          lookup_history=history_BhW)
 
         def logps(target_params, prompt_BT, completion_BY, temperature, pad_id):
             self.logp_traces.append(prompt_BT.shape + completion_BY.shape)
@@ -106,13 +107,15 @@ class RolloutPrograms:
         return head
 
     def decode(self, params, batch: PromptBatch, key, auto_state, row_stops_Be,
-               config: DecodeConfig, place: BatchPlacement, share_prefill: bool):
+               config: DecodeConfig, place: BatchPlacement, share_prefill: bool,
+               history_BhW=None):
         """``(DecodeOutput, prompt_BT, lengths_B)``: ``batch`` decoded under ``config``, its rows
         placed by ``place`` (the placed prompt arrays are returned beside the output); waits for
         the tokens. ``auto_state``: the ``budget="auto"`` state to start from (host values), or
         None. ``row_stops_Be``: per-row stop ids or None. ``share_prefill``: prefill each
         distinct prompt once, then copy it to its rows (``shared_prefill_rows``; not on a
-        multi-process mesh, where each process would hold another number of them)."""
+        multi-process mesh, where each process would hold another number of them).
+        ``history_BhW``: each row's earlier texts (``decode``'s ``lookup_history``) or None."""
         if place.multi_process:   # host values every process holds alike: replicated
             key = np.asarray(jax.random.key_data(key))
         prompt_BT, lengths_B = place.put(batch.prompt_BT), place.put(batch.lengths_B)
@@ -124,7 +127,7 @@ class RolloutPrograms:
         out: DecodeOutput = self._decode(
             params, self.head_for(params, config.program), *args, key, auto_state,
             None if row_stops_Be is None else place.put(row_stops_Be), config.sampling,
-            config=config.program)
+            None if history_BhW is None else place.put(history_BhW), config=config.program)
         if len(self.traces) > compiled:   # compiled for this call: record the config asked
             self.traces[-1] = config
         jax.block_until_ready(out.tokens)

@@ -32,6 +32,10 @@ off): when a drafted call's tokens per drafted round collapse against the drafte
 record, calls run plain (the same sampling as ``ar``) until a probe finds the drafter healthy;
 ``guard.events`` and the log say when, ``rollout/drafter_stale`` reports it to tunix.
 
+Drafts from the group and the history: ``lookup=K`` with ``lookup_group=G`` (a row also copies
+from the rows of its block of ``G`` with the same prompt: GRPO's group) and ``lookup_history=H``
+(and from the last ``H`` rollouts of its prompt in earlier calls, ``prompt_history``).
+
 The clock (``clock=``, off by default): without one, which program a call runs and when the
 refresh steps follow the cost table and the measured chain τ alone, so two runs with the same
 seeds make the same rollouts. With one (``time.perf_counter``) the engine times its calls and
@@ -90,6 +94,7 @@ from dominotree_jax.rollout.engine_programs import (RolloutPrograms, decode_conf
                                                    key_of_seed)
 from dominotree_jax.rollout.engine_tokenizer import RolloutTokenizer
 from dominotree_jax.rollout.placement import BatchPlacement
+from dominotree_jax.rollout.prompt_history import PromptHistory
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
 from dominotree_jax.rollout.tunix_types import BaseRollout, RolloutConfig, RolloutOutput
 
@@ -198,6 +203,8 @@ class DominoTreeRollout(BaseRollout):
         self._last_temperature = 1.0
         self.auto_probe = AutoProbe()
         self.guard = DrafterGuard() if drafter_guard else None
+        hist = int(decode_options.get("lookup_history", 0) or 0)
+        self.history = PromptHistory(hist) if hist else None
         self.num_calls = 0
 
     # ------------------------------------------------------------------ BaseRollout
@@ -215,6 +222,9 @@ class DominoTreeRollout(BaseRollout):
         if place.multi_process and self.refresher is not None:
             raise ValueError("drafter_refresh is not supported on a multi-process mesh (the "
                              "refresh step would train on every process's rows; untested)")
+        if place.multi_process and self.history is not None:
+            raise ValueError("lookup_history is not supported on a multi-process mesh (each "
+                             "process would keep its own rows' history)")
         batch = prompt_batch(prompts, rc.max_prompt_length, self._tok, self.prompt_pads, place)
         stop = stop_ids(rc, self._tok)
         row_stops_Be = row_stop_array(stop_tokens, batch.size, self.tcfg.vocab_size, place)
@@ -232,8 +242,16 @@ class DominoTreeRollout(BaseRollout):
             ran = plain_config(config)
         state = self.auto_probe.start_state(ran, rows)
         compiled = len(self.traces)
+        history_BhW = None
+        if ran.lookup_history:
+            history_BhW = self.history.array(batch.prompt_BT, batch.lengths_B,
+                                             ran.max_new_tokens)
         out, prompt_in, lengths_in = self.programs.decode(
-            self._params, batch, key, state, row_stops_Be, ran, place, self.share_prefill)
+            self._params, batch, key, state, row_stops_Be, ran, place, self.share_prefill,
+            history_BhW)
+        if self.history is not None:
+            self.history.add(batch.prompt_BT, batch.lengths_B, np.asarray(out.tokens),
+                             np.asarray(out.num_tokens))
         self.last = LastRollout(jnp.asarray(prompt_in), jnp.asarray(lengths_in), out,
                                 seconds_now() - t0, plain=ran is not config,
                                 method=ran.method)
@@ -315,6 +333,8 @@ class DominoTreeRollout(BaseRollout):
                 "refresh_schedule": None if self.refresh_schedule is None
                 else self.refresh_schedule.checkpoint_state(),
                 "drafter_guard": None if self.guard is None else self.guard.checkpoint_state(),
+                "prompt_history": None if self.history is None
+                else self.history.checkpoint_state(),
                 "num_calls": self.num_calls,
                 **self.auto_probe.checkpoint_state()}
 
@@ -329,6 +349,8 @@ class DominoTreeRollout(BaseRollout):
         self.num_calls = int(state.get("num_calls", 0))
         if self.guard is not None:   # (a state saved before the guard: a fresh one)
             self.guard = DrafterGuard.from_checkpoint(state.get("drafter_guard"))
+        if self.history is not None and state.get("prompt_history") is not None:
+            self.history = PromptHistory.from_checkpoint(state["prompt_history"])
         if self.refresher is not None:
             self.refresher.restore_checkpoint_state(state["refresher"])
             if state.get("refresh_schedule") is not None:   # (saved before it existed: kept)
