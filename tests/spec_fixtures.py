@@ -60,11 +60,12 @@ def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, lay
 
 
 @contextlib.contextmanager
-def scripted_drafter(continuation, wrong: bool = False):
+def scripted_drafter(continuation, wrong: bool = False, sign_of=None):
     """Replace ``Drafter.draft`` so that depth ``d`` of a block at ``start`` strongly predicts
     ``continuation[start + 1 + d]`` (``continuation`` = prompt + AR output, absolute positions):
     an oracle. ``wrong=True`` gives the true token the lowest logit instead, so no draft (chain
-    or any top-k child) is ever right."""
+    or any top-k child) is ever right. ``sign_of(drafter)``: +1 (oracle) or -1 (wrong) read
+    from the drafter's own weights, so an update of them switches the compiled program."""
     seq = jnp.asarray(continuation, jnp.int32)
     original = Drafter.draft
 
@@ -72,7 +73,7 @@ def scripted_drafter(continuation, wrong: bool = False):
         z, base = original(self, target, ctx, t0_B, start_B, head_rows_CH)
         J, V = base.shape[1], base.shape[2]
         idx = jnp.clip(start_B[:, None] + 1 + jnp.arange(J)[None], 0, seq.shape[0] - 1)
-        sign = -1.0 if wrong else 1.0
+        sign = sign_of(self) if sign_of is not None else -1.0 if wrong else 1.0
         return z, base * 0.01 + sign * 30.0 * jax.nn.one_hot(seq[idx], V)
 
     Drafter.draft = draft

@@ -5,7 +5,6 @@ meanwhile, and drafts again once a healthy drafter is handed in."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import jax
@@ -13,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dominotree_jax.model.drafter import Drafter
 from dominotree_jax.rollout.drafter_guard import (COLLAPSE, MAX_GUARD_GAP, MIN_EXCESS,
                                                   DrafterGuard)
 from dominotree_jax.rollout.engine_metrics import tunix_metrics
 from dominotree_jax.rollout.state_file import read_state_file, write_state_file
+from spec_fixtures import scripted_drafter
 from test_tunix_engine import make_engine, rcfg
 
 CFG = "config"   # the guard keys its records by (config, rows); any hashable stands in here
@@ -72,27 +71,12 @@ def test_the_guard_state_round_trips_through_a_state_file(tmp_path):
     assert DrafterGuard.from_checkpoint(None) == DrafterGuard()
 
 
-@contextlib.contextmanager
 def weight_gated_oracle(continuation):
-    """``Drafter.draft`` strongly predicts ``continuation`` (absolute positions) while the
-    drafter's final norm weights are positive, and gives the true token the lowest logit once
-    they are negated: a corruption of the drafter's *weights*, which an update hands to the
-    same compiled program."""
-    seq = jnp.asarray(continuation, jnp.int32)
-    original = Drafter.draft
-
-    def draft(self, target, ctx, t0_B, start_B, head_rows_CH=None):
-        z, base = original(self, target, ctx, t0_B, start_B, head_rows_CH)
-        J, V = base.shape[1], base.shape[2]
-        idx = jnp.clip(start_B[:, None] + 1 + jnp.arange(J)[None], 0, seq.shape[0] - 1)
-        sign = jnp.sign(jnp.mean(self.norm.weight[...]))
-        return z, base * 0.01 + sign * 30.0 * jax.nn.one_hot(seq[idx], V)
-
-    Drafter.draft = draft
-    try:
-        yield
-    finally:
-        Drafter.draft = original
+    """An oracle drafter while its final norm weights are positive, always wrong once they are
+    negated: a corruption of the drafter's *weights*, which an update hands to the same
+    compiled program."""
+    return scripted_drafter(continuation,
+                            sign_of=lambda drafter: jnp.sign(jnp.mean(drafter.norm.weight[...])))
 
 
 def _negated_norm(drafter_params):
