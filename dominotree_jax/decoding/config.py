@@ -234,6 +234,13 @@ class DecodeConfig:
     def replace(self, **kw) -> "DecodeConfig":
         return dataclasses.replace(self, **kw)
 
+    def without_lookup(self, **kw) -> "DecodeConfig":
+        """This config with every ``lookup*`` setting at its default (no lookup drafting), and
+        ``kw`` replaced."""
+        off = {f.name: f.default for f in dataclasses.fields(self)
+               if f.name.startswith("lookup")}
+        return dataclasses.replace(self, **{**off, **kw})
+
     @property
     def num_draft_nodes(self) -> int:
         """Rows verified per round besides the root."""

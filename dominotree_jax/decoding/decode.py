@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dominotree_jax.decoding import checks
+from dominotree_jax.decoding import checks, lookup
 from dominotree_jax.decoding.auto_size import AutoPolicy, AutoState
 from dominotree_jax.decoding.commit import PAD
 from dominotree_jax.decoding.config import DecodeConfig
 from dominotree_jax.decoding.draft import bind_drafter_for, tap_layers_for
 from dominotree_jax.decoding.stages import STAGE_PREFILL
 from dominotree_jax.decoding.loop_inputs import LoopConstants
-from dominotree_jax.decoding.round import (LoopState, first_state, plain_step, prefill_context,
-                                           repeat_prefilled, round_step)
+from dominotree_jax.decoding.round import (LoopState, first_state, output_width, plain_step,
+                                           prefill_context, repeat_prefilled, round_step)
 from dominotree_jax.model.drafter import bind_drafter_float32_view
 from dominotree_jax.model.target import bind_float32_view, bind_target
 from dominotree_jax.precision import bind_view_if_needed
@@ -160,10 +160,14 @@ def _decode_program(params, inputs: checks.DecodeInputs, key, auto_state, head_C
             plain_drafter = bind_view_if_needed(bind_drafter_float32_view, config.drafter,
                                                 params["drafter"], "drafter parameters", B)
     # what no round changes, built once and passed down whole
+    prompt_BT = prompt_bT if rows_B is None else prompt_bT[rows_B]
+    group, history_BhW = lookup.sources(config, prompt_BT, lengths_B, history_BhW,
+                                        width=T + output_width(config))
     consts = LoopConstants(config=config, target=target, drafter=drafter, lengths_B=lengths_B,
-                           prompt_BT=prompt_bT if rows_B is None else prompt_bT[rows_B],
+                           prompt_BT=prompt_BT,
                            head_rows_CH=_head_rows(drafter, target, head_CH, config),
-                           sampling=sampling, stops_Be=stops_Be, history_BhW=history_BhW,
+                           sampling=sampling, stops_Be=stops_Be, group=group,
+                           history_BhW=history_BhW,
                            policy=policy,
                            plain_target=plain_target, plain_drafter=plain_drafter)
     state = first_state(pre, key, consts,

@@ -114,26 +114,36 @@ def score_table(config):
                                         path_length(config), config.lookup_ngram[1]))
 
 
-def propose(config, prompt_BT, lengths_B, out_BO, n_B, history_BhW=None) -> Candidates:
+def propose(config, prompt_BT, lengths_B, out_BO, n_B, *, group: "Group | None" = None,
+            history_BhW=None) -> Candidates:
     """This round's ``config.lookup_paths`` lookup paths per row, scored: each row's text so far
     (its prompt, right-padded in ``prompt_BT``, then its ``n_B`` tokens of ``out_BO``)
-    searched by ``lookup_candidates``; with ``config.lookup_group = G`` also the generated text
-    of the rows of its block of ``G`` that continue the same prompt (``group_of``), and the
-    earlier texts ``history_BhW`` (``decode``'s ``lookup_history``: -1 past each one's end)."""
+    searched by ``lookup_candidates``, with the other sources ``sources`` built before the
+    loop: ``group`` (the rows of its block that continue the same prompt) and
+    ``history_BhW`` (earlier texts, as wide as the rows' texts)."""
     seq_BW, total_B = history(prompt_BT, lengths_B, out_BO, n_B)
-    group = group_of(prompt_BT, lengths_B, config.lookup_group) if config.lookup_group else None
-    hist_BhW = None
-    if history_BhW is not None:   # to the width of the rows' texts (decode checks C <= W)
-        W = seq_BW.shape[1]
-        hist_BhW = jnp.pad(history_BhW[:, :, :W],
-                           ((0, 0), (0, 0), (0, max(0, W - history_BhW.shape[2]))),
-                           constant_values=-1)
     found = lookup_candidates(seq_BW, total_B, num=config.lookup_paths,
                               length=path_length(config), ngram_min=config.lookup_ngram[0],
                               ngram_max=config.lookup_ngram[1], window=config.lookup_window,
-                              group=group, history_BhW=hist_BhW)
+                              group=group, history_BhW=history_BhW)
     return found._replace(scores_BKL=jnp.where(found.valid_BKL,
                                                score_table(config)[found.ngram_BK], -jnp.inf))
+
+
+def sources(config, prompt_BT, lengths_B, history_BhC, *, width: int):
+    """``(group, history_BhW)``: what ``propose`` searches besides a row's own text, built once
+    before the loop. ``group``: with ``config.lookup_group = G``, each row's siblings
+    (``group_of``), else None. ``history_BhW``: ``decode``'s ``lookup_history`` (-1 past each
+    text's end; ``C <= width``, checked by ``decode``) padded with -1 to the ``width`` of the
+    rows' texts, else None."""
+    group = group_of(prompt_BT, lengths_B, config.lookup_group) if config.lookup_group else None
+    if history_BhC is None:
+        return group, None
+    if history_BhC.shape[2] > width:
+        raise ValueError(f"lookup_history is {history_BhC.shape[2]} tokens wide, the rows' "
+                         f"texts {width}")
+    return group, jnp.pad(history_BhC, ((0, 0), (0, 0), (0, width - history_BhC.shape[2])),
+                          constant_values=-1)
 
 
 class Group(NamedTuple):
@@ -234,8 +244,10 @@ def lookup_candidates(seq_BW, total_B, *, num: int, length: int, ngram_min: int 
         ok_Bu = jnp.concatenate([ok_Bu, group.ok_Bg], axis=1)
         from_Bu = jnp.concatenate([from_Bu, group.from_B[group.rows_Bg]], axis=1)
         tier += [1] * G
-    src_BuW = seq_BW[src_Bu]
-    total_Bu = total_B[src_Bu]
+    if group is None:   # the row alone: no gather
+        src_BuW, total_Bu = seq_BW[:, None], total_B[:, None]
+    else:
+        src_BuW, total_Bu = seq_BW[src_Bu], total_B[src_Bu]
     if history_BhW is not None:
         H = history_BhW.shape[1]
         hist_total_Bh = jnp.sum(history_BhW >= 0, axis=-1).astype(total_B.dtype)

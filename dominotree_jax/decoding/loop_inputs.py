@@ -13,7 +13,7 @@ import jax
 
 from dominotree_jax.decoding.auto_size import AutoPolicy
 from dominotree_jax.decoding.config import DecodeConfig
-from dominotree_jax.decoding.lookup import Candidates
+from dominotree_jax.decoding.lookup import Candidates, Group
 from dominotree_jax.model.cache import KVCache
 from dominotree_jax.model.drafter import DrafterContext
 from dominotree_jax.sampling import Sampling
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=("target", "drafter", "lengths_B", "prompt_BT", "head_rows_CH",
-                                "sampling", "stops_Be", "history_BhW", "plain_target",
+                                "sampling", "stops_Be", "group", "history_BhW", "plain_target",
                                 "plain_drafter"),
                    meta_fields=("config", "policy"))
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +46,10 @@ class LoopConstants:
     sampling: Sampling | None = None
     stops_Be: Int[Array, "B e"] | None = None   # each row's own stop ids (-1 = none), besides
     #                                              config.stop_ids (decode's row_stop_ids)
+    # lookup_group = G: each row's siblings (``lookup.group_of``), searched by ``lookup.propose``
+    group: Group | None = None
     # lookup_history = H: each row's H earlier texts (-1 past each one's end; decode's
-    # ``lookup_history``), searched by ``lookup.propose``
+    # ``lookup_history`` padded to the rows' text width W = T + O), searched by ``lookup.propose``
     history_BhW: Int[Array, "B h W"] | None = None
     policy: AutoPolicy | None = None   # budget="auto": the draft-size policy (static)
     # budget="auto": the target a plain step (size 0) runs and whose token embedding the

@@ -131,13 +131,19 @@ class LoopState(NamedTuple):
     #                                 tokens committed in each round (NaN = no round)
 
 
+def output_width(config) -> int:
+    """``O``: the columns of ``LoopState.out_BO`` (the answer, plus room for a last round's
+    ``max_depth + 1`` tokens)."""
+    return config.max_new_tokens + config.max_depth + 1
+
+
 def first_state(pre, key, consts: LoopConstants, *, auto) -> LoopState:
     """The loop carry after the prefill: the first token sampled from the prompt's last
     logits (rows whose first token stops are done already; ``consts.stops_Be``: per-row stop
     ids; ``consts.sampling``: runtime sampling values, else the config's)."""
     config, sampling, stops_Be = consts.config, consts.sampling, consts.stops_Be
     B = pre.last_logits_BV.shape[0]
-    Y, O = config.max_new_tokens, config.max_new_tokens + config.max_depth + 1
+    Y, O = config.max_new_tokens, output_width(config)
     key, sub = jax.random.split(key)
     first_B = sample_tokens(sub, pre.last_logits_BV, *sampling_settings(config, sampling))
     out_BO = jnp.full((B, O), PAD, jnp.int32).at[:, 0].set(first_B)
@@ -340,7 +346,7 @@ def round_input(state: LoopState, consts: LoopConstants, *,
             raise ValueError("lookup drafting needs each row's prompt (LoopConstants.prompt_BT)")
         with jax.named_scope(STAGE_LOOKUP):
             paths = lookup.propose(config, consts.prompt_BT, lengths_B, state.out_BO, state.n_B,
-                                   consts.history_BhW)
+                                   group=consts.group, history_BhW=consts.history_BhW)
     inp = RoundInput(cache=state.cache, ctx=state.ctx,
                      t0_B=jnp.take_along_axis(state.out_BO, (state.n_B - 1)[:, None], 1)[:, 0],
                      start_B=lengths_B + state.n_B - 1, key=key, lookup=paths)

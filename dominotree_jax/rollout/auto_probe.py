@@ -161,8 +161,7 @@ def plain_config(config: DecodeConfig, lookup: bool = True) -> DecodeConfig:
     if config.lookup_paths and lookup:
         return config.replace(method="lookup", drafter=drafter,
                               lookup_length=config.lookup_path_length)
-    return config.replace(method="ar", drafter=drafter, lookup=0, lookup_group=0,
-                          lookup_history=0)
+    return config.without_lookup(method="ar", drafter=drafter)
 
 
 class AutoProbe:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+import jax
 import jax.numpy as jnp
 
 from dominotree_jax.decoding.config import DecodeConfig
@@ -52,8 +53,9 @@ def drafted_tau(out) -> float | None:
     """Tokens committed per drafted round (draft size > 0) of a ``DecodeOutput``; None when no
     round drafted. (jnp reductions: also a multi-process global array.)"""
     drafted = out.draft_sizes > 0
-    n = int(jnp.sum(drafted))
-    return None if n == 0 else float(jnp.sum(jnp.where(drafted, out.accept_lengths, 0)) / n)
+    n, tokens = jax.device_get((jnp.sum(drafted),
+                                jnp.sum(jnp.where(drafted, out.accept_lengths, 0))))
+    return None if n == 0 else float(tokens) / int(n)
 
 
 @dataclasses.dataclass

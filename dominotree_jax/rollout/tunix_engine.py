@@ -249,12 +249,12 @@ class DominoTreeRollout(BaseRollout):
         out, prompt_in, lengths_in = self.programs.decode(
             self._params, batch, key, state, row_stops_Be, ran, place, self.share_prefill,
             history_BhW)
-        if self.history is not None:
-            self.history.add(batch.prompt_BT, batch.lengths_B, np.asarray(out.tokens),
-                             np.asarray(out.num_tokens))
         self.last = LastRollout(jnp.asarray(prompt_in), jnp.asarray(lengths_in), out,
                                 seconds_now() - t0, plain=ran is not config,
                                 method=ran.method)
+        if self.history is not None:   # (outside the call's timed window)
+            self.history.add(batch.prompt_BT, batch.lengths_B, np.asarray(out.tokens),
+                             np.asarray(out.num_tokens))
         self.num_calls += 1
         # (not across processes: each would read its own clock, and all must run one program)
         timed = self.plain_calls and self.clock is not None and len(self.traces) == compiled \
