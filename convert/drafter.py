@@ -1,11 +1,15 @@
-"""Released DFlash / Domino drafter directories ↔ drafter params.
+"""Released DFlash / Domino / DSpark drafter directories ↔ drafter params.
 
 A drafter directory holds ``config.json`` (Qwen3 fields, ``block_size``, ``num_target_layers``,
 ``dflash_config``) and ``model.safetensors`` (or shards) whose keys are the drafter's own names,
 optionally prefixed with ``model.``; older Domino releases keep the head's tensors under
-``logit_head.``. Loading checks every tensor name and shape and, given the target's config,
-that the pair fits (``dominotree_jax.config.check_pair``). An orbax directory written by
-``python -m convert drafter`` loads too.
+``logit_head.``. A DSpark release (DeepSpec's ``Qwen3DSparkModel``: its fields at the top
+level, ``markov_head.*`` and ``confidence_head.*``) also stores frozen copies of the target's
+``embed_tokens`` and ``lm_head``: the drafter reads the target's own, so the copies are checked
+for shape and, given the target's parameters, against them. Loading checks every tensor name
+and shape and, given the target's config, that the pair fits
+(``dominotree_jax.config.check_pair``). An orbax directory written by ``python -m convert
+drafter`` loads too.
 """
 
 from __future__ import annotations
@@ -52,12 +56,13 @@ def _check(cfg: DrafterConfig, target_cfg: TargetConfig | None) -> None:
 
 
 def load_drafter(path: str, dtype: str | None = "float32",
-                 target_cfg: TargetConfig | None = None):
+                 target_cfg: TargetConfig | None = None, target_params=None):
     """(DrafterConfig, params) from a drafter checkpoint directory (or its orbax conversion).
 
     ``dtype``: parameter dtype (``None`` keeps the stored dtype). Raises ``ConfigError`` when
     the config is unusable (or does not fit ``target_cfg``) and ``CheckpointError`` listing all
-    missing, unexpected and wrongly shaped tensors.
+    missing, unexpected and wrongly shaped tensors. ``target_params`` (with ``target_cfg``): a
+    DSpark release's frozen copies of the target's tables must equal them.
     """
     path = os.fspath(path)
     if is_orbax_dir(path):
@@ -72,12 +77,51 @@ def load_drafter(path: str, dtype: str | None = "float32",
     cfg = drafter_config(path)
     _check(cfg, target_cfg)
     named = checkpoint_names(path, read_checkpoint_tensors(path), rename_head)
+    copies = frozen_copies(cfg, named, path)
+    if copies and target_params is not None and target_cfg is not None:
+        check_frozen_copies(copies, target_cfg, target_params, path)
     check_layer_count(cfg.num_hidden_layers, named, path)
     dtype = param_dtype(path, dtype, named)
     _, abstract = drafter_graphdef(cfg, dtype)
     params = fill_state(abstract, named, path, jnp.dtype(dtype))
     _check_d2t(cfg, params, path)
     return cfg, params
+
+
+FROZEN_COPIES = {"embed_tokens.weight": "embed", "lm_head.weight": "head"}
+
+
+def frozen_copies(cfg: DrafterConfig, named: dict, path: str) -> dict:
+    """A DSpark release's copies of the target's tables, taken out of ``named`` (``{name:
+    array}``), each checked to be ``[V, H]``; other drafters keep them as unexpected tensors."""
+    if not cfg.is_dspark:
+        return {}
+    copies = {n: named.pop(n) for n in FROZEN_COPIES if n in named}
+    want = (cfg.vocab_size, cfg.hidden_size)
+    bad = [(n, want, tuple(a.shape)) for n, a in copies.items() if tuple(a.shape) != want]
+    if bad:
+        raise CheckpointError(path, mismatched=bad)
+    return copies
+
+
+def check_frozen_copies(copies: dict, target_cfg: TargetConfig, target_params, path: str):
+    """Refuse a DSpark drafter whose stored copies of the target's token embedding / LM head
+    differ from the target's (compared in the narrower of the two dtypes): it was trained for
+    another target (or the target is quantized: load the drafter alone to pair them anyway)."""
+    from dominotree_jax.model.target import bind_target
+    target = bind_target(target_cfg, target_params)
+    tables = {"embed": target.embed_tokens.weight[...], "head": target.head_weight_VH}
+    bad = []
+    for name, copy in copies.items():
+        mine = jnp.asarray(tables[FROZEN_COPIES[name]])
+        common = min((mine.dtype, jnp.dtype(copy.dtype)), key=lambda d: jnp.dtype(d).itemsize)
+        mine, theirs = np.asarray(mine.astype(common)), np.asarray(jnp.asarray(copy, common))
+        if not np.array_equal(mine, theirs):
+            diff = np.abs(mine.astype(np.float32) - theirs.astype(np.float32)).max()
+            bad.append(f"tensor {name}: differs from the target's (max |difference| {diff:.3g})")
+    if bad:
+        raise CheckpointError(path, other=bad + [
+            "this DSpark drafter was trained for another target (or the target is quantized)"])
 
 
 def _check_d2t(cfg: DrafterConfig, params, source: str) -> None:

@@ -14,7 +14,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-from convert.drafter import OLD_HEAD_PREFIX, drafter_config, rename_head
+from convert.drafter import OLD_HEAD_PREFIX, drafter_config, frozen_copies, rename_head
 from convert.files import checkpoint_names, read_checkpoint_tensors, read_config
 from convert.gguf import gguf_target_config, read_gguf
 from convert.hf import hf_target_config
@@ -49,12 +49,15 @@ def drafter_layout(hf: dict, cfg: DrafterConfig) -> list[str]:
     archs = hf.get("architectures") or ["(none)"]
     raw_projector = (hf.get("dflash_config") or {}).get("projector_type",
                                                         hf.get("projector_type"))
-    kind = "Domino" if cfg.is_domino else "DFlash"
+    kind = "Domino" if cfg.is_domino else "DSpark" if cfg.is_dspark else "DFlash"
     alias = (f" (projector_type {raw_projector!r}, an alias of 'domino')"
              if raw_projector in PROJECTOR_ALIASES else "")
     block_at = _where(hf, "block_size")
     lines = [f"layout: {kind} drafter, architecture {archs[0]}{alias}; block_size in "
-             f"{block_at} ({'newer' if block_at == 'dflash_config' else 'older'} layout)"]
+             f"{block_at} ({'newer' if block_at == 'dflash_config' else 'older'} layout)"
+             if not cfg.is_dspark else
+             f"layout: DSpark drafter, architecture {archs[0]} (DeepSpec's: fields at the top "
+             "level; slot 0, the anchor's, predicts the first draft depth)"]
     taps_at = _where(hf, "target_layer_ids")
     if taps_at == "absent":
         rule = default_tap_layers(cfg.num_target_layers, cfg.num_hidden_layers)
@@ -71,6 +74,11 @@ def drafter_layout(hf: dict, cfg: DrafterConfig) -> list[str]:
         lines.append(f"Domino head: gru_hidden_dim={cfg.gru_hidden_dim}, emb_dim={cfg.emb_dim} "
                      f"(emb_dim in {_where(hf, 'emb_dim')}), pure_draft_prefix_len="
                      f"{cfg.pure_draft_prefix_len}")
+    if cfg.is_dspark:
+        lines.append(f"DSpark heads: Markov (markov_head_type 'vanilla', rank "
+                     f"{cfg.markov_rank}); confidence head "
+                     + (("with Markov features" if cfg.confidence_with_markov else "on z only")
+                        if cfg.confidence_head else "absent"))
     lines.append(_rope_line(hf, cfg))
     lines.append(window_line(hf, cfg))
     return lines
@@ -95,19 +103,25 @@ def window_line(hf: dict, cfg: DrafterConfig) -> str:
             "(use_sliding_window, sliding_window, layer_types)")
 
 
-def _tensor_lines(path: str, abstract, rename) -> list[str]:
-    """Check the tensor files' names and shapes (headers only) against ``abstract``."""
+def _tensor_lines(path: str, abstract, rename, drafter: DrafterConfig | None = None) -> list[str]:
+    """Check the tensor files' names and shapes (headers only) against ``abstract`` (a DSpark
+    ``drafter``'s copies of the target's tables apart: ``convert.drafter.frozen_copies``)."""
     if not any(os.path.isfile(os.path.join(path, f)) for f in
                ("model.safetensors", "model.safetensors.index.json")):
         return ["tensors: no tensor files (config only): shapes checked abstractly"]
     tensors = read_checkpoint_tensors(path)
     named = checkpoint_names(path, tensors, rename)
+    copies = frozen_copies(drafter, named, path) if drafter is not None else {}
     check_shapes(flat_names(abstract), {n: a.shape for n, a in named.items()}, path)
     prefixes = sorted({p for p in ("model.", OLD_HEAD_PREFIX)
                        if any(n.startswith(p) or n.startswith("model." + p) for n in tensors)})
     note = f", name prefixes {prefixes} stripped" if prefixes else ""
     dtypes = sorted({a.dtype.name for a in tensors.values()})
-    return [f"tensors: {len(named)} match the model by name and shape (stored {dtypes}{note})"]
+    lines = [f"tensors: {len(named)} match the model by name and shape (stored {dtypes}{note})"]
+    if copies:
+        lines.append(f"tensors: {sorted(copies)}: copies of the target's tables (the drafter "
+                     "reads the target's own; load_pair checks they are equal)")
+    return lines
 
 
 def _bytes(tree) -> int:
@@ -189,7 +203,7 @@ def inspect(path: str, *, target_path: str | None = None, tokens: int = 4096, ba
         target = _read_target(target_path)[0] if target_path else None
         lines = drafter_layout(hf, drafter) + [str(drafter)]
         abstract = drafter_graphdef(drafter, dtype)[1]
-        lines += _tensor_lines(path, abstract, rename_head)
+        lines += _tensor_lines(path, abstract, rename_head, drafter)
         lines += _param_lines("drafter", abstract)
         if target is not None:
             check_pair(target, drafter)

@@ -245,7 +245,7 @@ def load_pair(target_path: str, drafter_path: str, *, precision: Precision | str
                          precision=None if precision is None else precision.target)
     dcfg, dparams = load_drafter(os.fspath(drafter_path),
                                  dtype=None if precision is None else precision.drafter,
-                                 target_cfg=target.config)
+                                 target_cfg=target.config, target_params=target.params)
     pair = Pair(target, dcfg, dparams)
     loaded = pair.precision   # an impossible pairing of what the files store is refused here
     if precision is not None and loaded != precision:

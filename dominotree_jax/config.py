@@ -62,16 +62,19 @@ HF_FIELDS = {
         "sliding_window", "full_attention_interval", "num_experts", "num_local_experts",
         "num_experts_per_tok", "moe_intermediate_size", "linear_conv_kernel_dim",
         "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-        "linear_value_head_dim", "num_target_layers", "block_size", "draft_vocab_size")},
+        "linear_value_head_dim", "num_target_layers", "block_size", "draft_vocab_size",
+        "markov_rank")},
     **{name: COUNT for name in (
         "max_window_layers", "decoder_sparse_step", "shared_expert_intermediate_size",
         "mask_token_id", "gru_hidden_dim", "emb_dim", "pure_draft_prefix_len")},
     **{name: FLAG for name in ("tie_word_embeddings", "attention_bias", "use_sliding_window",
-                               "norm_topk_prob", "shift_label")},
+                               "norm_topk_prob", "shift_label", "enable_confidence_head",
+                               "confidence_head_with_markov")},
     "rms_norm_eps": POSITIVE_NUMBER, "rope_theta": POSITIVE_NUMBER,
     "partial_rotary_factor": ROTARY_FACTOR, "swiglu_alpha": NUMBER,
     "swiglu_limit": POSITIVE_NUMBER, "model_type": TEXT, "projector_type": TEXT,
-    "architectures": Field("strs"), "layer_types": Field("strs"),
+    "markov_head_type": TEXT, "speculators_model_type": TEXT, "architectures": Field("strs"),
+    "layer_types": Field("strs"),
     "mlp_only_layers": Field("ints"), "target_layer_ids": Field("ints"),
     "rope_scaling": Field("object"), "rope_parameters": Field("object"),
     "text_config": Field("object"), "dflash_config": Field("object"),
@@ -517,7 +520,9 @@ def _freeze(v):
 PROJECTOR_TYPES = (None, "domino")
 # Older releases name the Domino projector by its experiment name.
 PROJECTOR_ALIASES = {"causal_v5": "domino"}
-DRAFTER_ARCHITECTURES = ("DFlashDraftModel",)
+DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "Qwen3DSparkModel")
+# DSpark (DeepSpec's layout): the one Markov head this package runs
+MARKOV_HEAD_TYPES = ("vanilla",)
 # Known drafter architectures this package cannot run, with the reason.
 REFUSED_DRAFTER_ARCHITECTURES = {
     "DFlash2DraftModel": "DFlash2 drafters use a different block layout that this package does "
@@ -566,6 +571,12 @@ class DrafterConfig(DecoderShape):
     # the draft vocabulary D (docs/algorithm.md §3): the drafter proposes only these target ids
     # (the checkpoint's ``d2t`` tensor, ``draft_vocab_size`` entries); None: the full vocabulary
     draft_vocab_size: int | None = None
+    # DSpark (docs/algorithm.md §3b): the Markov head's rank r (0: none) and the confidence
+    # head (its input: the final-normed state, and the Markov row of the previous token when
+    # ``confidence_with_markov``)
+    markov_rank: int = 0
+    confidence_head: bool = False
+    confidence_with_markov: bool = True
 
     # (mask id, block size, windows and draft vocabulary: ranges checked by drafter_problems
     # and _check_window, which name them against the target)
@@ -575,7 +586,8 @@ class DrafterConfig(DecoderShape):
               "rope_theta": POSITIVE_NUMBER, "max_position_embeddings": POSITIVE,
               "shift_label": FLAG, "projector_type": TEXT, "gru_hidden_dim": COUNT,
               "emb_dim": COUNT, "pure_draft_prefix_len": COUNT,
-              "draft_vocab_size": Field("int", least=-2**63), "layer_types": Field("strs")}
+              "draft_vocab_size": Field("int", least=-2**63), "layer_types": Field("strs"),
+              "markov_rank": COUNT, "confidence_head": FLAG, "confidence_with_markov": FLAG}
     KIND = "drafter"
 
     def __post_init__(self):
@@ -645,6 +657,16 @@ class DrafterConfig(DecoderShape):
     def is_domino(self) -> bool:
         return self.projector_type == "domino"
 
+    @property
+    def is_dspark(self) -> bool:
+        """A DSpark drafter: a Markov head (rank ``markov_rank``) over the DFlash backbone."""
+        return self.markov_rank > 0
+
+    @property
+    def confidence_width(self) -> int:
+        """The confidence head's input width: ``H`` (+ ``r`` with the Markov features)."""
+        return self.hidden_size + (self.markov_rank if self.confidence_with_markov else 0)
+
     def layer_window(self, layer: int) -> int | None:
         """Committed context rows drafter layer ``layer`` sees (the last ones), ``None``: all.
 
@@ -670,6 +692,12 @@ class DrafterConfig(DecoderShape):
         ``dflash_config``), ``num_target_layers`` and ``dflash_config`` (whose Domino fields may
         also sit at the top level)."""
         check_hf_fields(cfg, "drafter")
+        if cfg.get("speculators_model_type") is not None:
+            raise ConfigError(
+                f"unsupported drafter layout: a speculators-format checkpoint "
+                f"(speculators_model_type={cfg['speculators_model_type']!r}); its slots predict "
+                "one position later than DeepSpec's and its names differ. Use the DeepSpec "
+                "release (architectures ['Qwen3DSparkModel']) or a DFlash drafter")
         archs = cfg.get("architectures") or []
         for arch in archs:
             if arch in REFUSED_DRAFTER_ARCHITECTURES:
@@ -696,8 +724,13 @@ class DrafterConfig(DecoderShape):
             first = cfg.get("max_window_layers", cfg["num_hidden_layers"])
             types = ["sliding_attention" if i >= first else "full_attention"
                      for i in range(cfg["num_hidden_layers"])]
+        dspark = "Qwen3DSparkModel" in archs
+        markov = {}
+        if dspark:
+            markov = dspark_fields(cfg)
         return cls(
             **hf_shape_fields(cfg),
+            **markov,
             block_size=int(field("block_size")),
             mask_token_id=int(field("mask_token_id")),
             num_target_layers=cfg.get("num_target_layers"),
@@ -706,7 +739,7 @@ class DrafterConfig(DecoderShape):
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
             max_position_embeddings=cfg.get("max_position_embeddings", 40960),
-            shift_label=bool(field("shift_label", False)),
+            shift_label=dspark or bool(field("shift_label", False)),
             projector_type=field("projector_type"),
             gru_hidden_dim=int(field("gru_hidden_dim", 0) or 0),
             emb_dim=int(field("emb_dim", 0) or 0),
@@ -753,7 +786,29 @@ class DrafterConfig(DecoderShape):
                                         ("sliding_attention",) * self.num_hidden_layers))
         if self.num_target_layers is not None:
             out["num_target_layers"] = self.num_target_layers
+        if self.is_dspark:   # DeepSpec's layout: its fields at the top level
+            del out["dflash_config"]
+            out.update(architectures=["Qwen3DSparkModel"], mask_token_id=self.mask_token_id,
+                       target_layer_ids=list(self.target_layer_ids),
+                       markov_rank=self.markov_rank, markov_head_type="vanilla",
+                       enable_confidence_head=self.confidence_head,
+                       confidence_head_with_markov=self.confidence_with_markov)
         return out
+
+
+def dspark_fields(cfg: dict) -> dict:
+    """A DeepSpec DSpark ``config.json``'s head fields (``DrafterConfig``'s ``markov_rank``,
+    ``confidence_head``, ``confidence_with_markov``); unknown Markov head types and a missing
+    rank are refused by name."""
+    head_type = cfg.get("markov_head_type", "vanilla")
+    if head_type not in MARKOV_HEAD_TYPES:
+        raise ConfigError(f"unsupported DSpark markov_head_type {head_type!r}; supported: "
+                          f"{list(MARKOV_HEAD_TYPES)}")
+    if not cfg.get("markov_rank"):
+        raise ConfigError("a DSpark drafter config (Qwen3DSparkModel) needs markov_rank > 0")
+    return dict(markov_rank=int(cfg["markov_rank"]),
+                confidence_head=bool(cfg.get("enable_confidence_head", False)),
+                confidence_with_markov=bool(cfg.get("confidence_head_with_markov", True)))
 
 
 # --------------------------------------------------------------------------- pair checks
@@ -788,6 +843,17 @@ def drafter_problems(cfg: DrafterConfig, target_cfg: TargetConfig | None = None)
     if cfg.draft_vocab_size is not None and not 1 <= cfg.draft_vocab_size <= cfg.vocab_size:
         problems.append(f"draft_vocab_size={cfg.draft_vocab_size} is outside [1, vocab_size="
                         f"{cfg.vocab_size}]")
+    if cfg.is_dspark and cfg.is_domino:
+        problems.append("a drafter has one head: a Markov head (markov_rank) or a Domino "
+                        "projector, not both")
+    if cfg.is_dspark and not cfg.shift_label:
+        problems.append("a DSpark drafter's block slots predict from the anchor on "
+                        "(shift_label=True)")
+    if cfg.is_dspark and cfg.draft_vocab_size is not None:
+        problems.append("a DSpark drafter with a draft vocabulary is not supported (its Markov "
+                        "head is over the full vocabulary)")
+    if cfg.confidence_head and cfg.confidence_with_markov and not cfg.is_dspark:
+        problems.append("a confidence head with Markov features needs markov_rank > 0")
     if cfg.block_size < 2:
         problems.append(f"block_size={cfg.block_size} is too small: a block needs t0 and at "
                         "least one MASK slot (block_size >= 2)")

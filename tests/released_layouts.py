@@ -93,10 +93,34 @@ def domino_config(size: str) -> dict:
     return cfg
 
 
+def dspark_config(size: str) -> dict:
+    """A DSpark drafter ``config.json`` in DeepSpec's layout (``Qwen3DSparkModel``, block 7 at
+    the released sizes): the target's config with the drafter's fields at the top level."""
+    s = SIZES[size]
+    cfg = qwen3_target_config(size)
+    cfg.update(architectures=["Qwen3DSparkModel"], num_target_layers=s["layers"],
+               num_hidden_layers=s["d_layers"], intermediate_size=s["d_inter"],
+               block_size=s["block"] if size == "tiny" else 7, tie_word_embeddings=False,
+               layer_types=["full_attention"] * s["d_layers"], mask_token_id=s["mask"],
+               target_layer_ids=list(s["taps"]), num_anchors=512, enable_confidence_head=True,
+               confidence_head_with_markov=True, markov_rank=s["emb"],
+               markov_head_type="vanilla")
+    return cfg
+
+
+def dspark_gated_markov(cfg):
+    cfg["markov_head_type"] = "gated"
+
+
+def dspark_speculators(cfg):
+    cfg["speculators_model_type"] = "dspark"
+
+
 def _variant(edit):
     def make(size):
-        cfg = copy.deepcopy(domino_config(size) if edit.__name__.startswith("domino")
-                            else dflash_config(size))
+        base = {"domino": domino_config, "dspark": dspark_config}.get(
+            edit.__name__.split("_")[0], dflash_config)
+        cfg = copy.deepcopy(base(size))
         edit(cfg)
         return cfg
     return make
@@ -156,10 +180,14 @@ DRAFTER_VARIANTS = {
     "dflash_rope_parameters": (_variant(dflash_rope_parameters), None),
     "dflash_taps_absent": (_variant(dflash_taps_absent), None),
     "dflash_sliding_window": (_variant(dflash_sliding_window), None),
+    # DeepSpec's release also stores copies of the target's embed_tokens and lm_head
+    "dspark_qwen3": (dspark_config, None),
 }
 REFUSED_VARIANTS = {
     "dflash2_architecture": (_variant(dflash2_architecture), "'DFlash2DraftModel'"),
     "domino_unknown_projector": (_variant(domino_unknown_projector), "'mlp_v9'"),
+    "dspark_gated_markov": (_variant(dspark_gated_markov), "markov_head_type 'gated'"),
+    "dspark_speculators": (_variant(dspark_speculators), "speculators-format"),
 }
 # the base layout whose parameters each variant must reproduce
 SAME_AS = {"domino_block_in_dflash_config": "domino_8b",
@@ -222,4 +250,16 @@ def write_drafter(path: str, variant: str, size: str = "tiny", weights: bool = T
     if weights:
         _, abstract = drafter_graphdef(DrafterConfig.from_hf_dict(cfg), "float32")
         tensors = {_tensor_name(n, prefix): a for n, a in _random_tensors(abstract, seed).items()}
+        if cfg["architectures"] == ["Qwen3DSparkModel"]:   # the copies of write_target's
+            tensors.update(target_copies(size))
     return _write(path, cfg, tensors)
+
+
+def target_copies(size: str = "tiny", seed: int = 0) -> dict:
+    """``embed_tokens.weight`` and ``lm_head.weight`` of ``write_target(size, seed=seed)`` (its
+    head: the embedding when tied), as a DSpark release stores them."""
+    cfg = TargetConfig.from_hf_dict(qwen3_target_config(size))
+    _, abstract = target_graphdef(cfg, "float32")
+    t = _random_tensors(abstract, seed)
+    embed = t["embed_tokens.weight"]
+    return {"embed_tokens.weight": embed, "lm_head.weight": t.get("lm_head.weight", embed)}

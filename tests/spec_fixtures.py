@@ -33,8 +33,10 @@ GPT_OSS = dict(layer_types=("sliding_attention", "full_attention"), sliding_wind
 
 
 def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, layers=2,
-              hybrid=False, moe=False, gpt_oss=False):
-    """``hybrid``: the target is a 3-layer ``HYBRID`` (linear, full, linear attention);
+              hybrid=False, moe=False, gpt_oss=False, dspark=False):
+    """``dspark``: the drafter is a DSpark one (a rank-8 Markov head and a confidence head with
+    Markov features; no Domino head) with larger Markov weights, so the correction matters;
+    ``hybrid``: the target is a 3-layer ``HYBRID`` (linear, full, linear attention);
     ``moe``: its layers but the second are mixtures of 6 experts (top 2, a shared expert);
     ``gpt_oss``: a 2-layer ``GPT_OSS``."""
     layers = 3 if hybrid else layers
@@ -50,13 +52,18 @@ def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, lay
                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
                          head_dim=8, block_size=block_size, mask_token_id=vocab - 1,
                          num_target_layers=layers, target_layer_ids=(0, layers - 1),
-                         shift_label=shift_label,
-                         projector_type="domino" if domino else None,
-                         gru_hidden_dim=16 if domino else 0, emb_dim=8 if domino else 0)
+                         shift_label=shift_label or dspark,
+                         projector_type="domino" if domino and not dspark else None,
+                         gru_hidden_dim=16 if domino and not dspark else 0,
+                         emb_dim=8 if domino and not dspark else 0,
+                         markov_rank=8 if dspark else 0, confidence_head=dspark)
     tp = init_target_params(tcfg, seed)
     # larger weights than the default init so the target's distribution is far from uniform
     tp = jax.tree.map(lambda x: x * 6.0 if x.ndim == 2 else x, tp)
-    return tcfg, dcfg, {"target": tp, "drafter": init_drafter_params(dcfg, seed + 1)}
+    dp = init_drafter_params(dcfg, seed + 1)
+    if dspark:
+        dp["markov_head"] = jax.tree.map(lambda x: x * 40.0, dp["markov_head"])
+    return tcfg, dcfg, {"target": tp, "drafter": dp}
 
 
 @contextlib.contextmanager
@@ -107,13 +114,13 @@ def exact_joint(tcfg, target_params, prompt, n_tok: int = 3, temperature: float 
     return probs
 
 
-def sampling_case(hybrid: bool = False):
+def sampling_case(hybrid: bool = False, dspark: bool = False):
     """What the sampling tests draw against: ``(tcfg, dcfg, params, prompt, exact)``, a tiny
     pair with a 6-token vocabulary, the prompt ``[1, 4, 2]`` and the target's exact joint of the
-    first three tokens after it (flattened, ``[V ** 3]``)."""
+    first three tokens after it (flattened, ``[V ** 3]``); ``dspark``: a DSpark drafter."""
     import numpy as np
 
-    tcfg, dcfg, params = tiny_pair(vocab=6, block_size=4, seed=3, hybrid=hybrid)
+    tcfg, dcfg, params = tiny_pair(vocab=6, block_size=4, seed=3, hybrid=hybrid, dspark=dspark)
     prompt = np.array([1, 4, 2])
     return tcfg, dcfg, params, prompt, exact_joint(tcfg, params["target"], prompt).reshape(-1)
 

@@ -54,6 +54,8 @@ EXPECTED = {  # variant -> settings the loader must infer
     "dflash_taps_absent": dict(target_layer_ids=(1, 2, 4, 5, 6)),
     "dflash_sliding_window": dict(sliding_window=6,
                                   layer_types=("sliding_attention",) * 4 + ("full_attention",)),
+    "dspark_qwen3": dict(block_size=4, is_dspark=True, markov_rank=8, confidence_head=True,
+                         shift_label=True, is_domino=False, target_layer_ids=(1, 3, 4, 6, 8)),
 }
 
 
@@ -103,6 +105,7 @@ def _ar_and(pair, method, prompt, lengths):
 @pytest.mark.parametrize("variant,method", [
     ("dflash_4b_older", "dflash"), ("domino_8b", "domino"), ("domino_8b", "dominotree"),
     ("dflash_taps_absent", "dflash"), ("dflash_sliding_window", "dflash"),
+    ("dspark_qwen3", "dspark"), ("dspark_qwen3", "dsparktree"),
 ])
 def test_every_distinct_variant_decodes_like_ar(pairs, variant, method):
     rng = np.random.default_rng(5)

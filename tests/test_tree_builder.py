@@ -34,7 +34,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dominotree_jax.tree import Tree, build_tree
+from dominotree_jax.markov_head import MarkovHeadWeights
+from dominotree_jax.tree import Tree, build_tree, build_tree_from_head
 from dominotree_jax.tree.reference import build_tree_numpy
 
 
@@ -71,6 +72,11 @@ CONFIGS = {
     "dt_k16": Config("dominotree", J=4, V=96, budget=20, node_topk=16, top_m=32, prefix_len=1),
     "dt_default": Config("dominotree", J=8, V=256, budget=16, node_topk=8, top_m=64, prefix_len=1,
                          H=32, G=16, E=16),
+    # DSpark's Markov head (E: its rank r): every depth conditioned on the parent's token
+    "ds_m16": Config("dsparktree", J=4, V=64, budget=16, node_topk=4, top_m=16),
+    "ds_full": Config("dsparktree", J=5, V=48, budget=16, node_topk=3, top_m=0),
+    "ds_m4_exhaust": Config("dsparktree", J=2, V=32, budget=16, node_topk=2, top_m=4),
+    "ds_default": Config("dsparktree", J=7, V=256, budget=16, node_topk=8, top_m=64, E=16),
 }
 FAMILIES = ("normal", "palette", "duprows", "peaked", "duptokens")
 
@@ -84,26 +90,32 @@ def make_case(cfg: Config, seed: int, family: str) -> dict:
     hidden = rng.normal(size=(J, H))
     embed = rng.normal(size=(V, H))
     w2 = rng.normal(size=(V, E)) * rng.choice([0.3, 1.0])
+    mrng = np.random.default_rng(seed + 7919)  # the Markov head (dsparktree; E: its rank)
+    m_w1 = mrng.normal(size=(V, E))
+    m_w2 = mrng.normal(size=(V, E)) * mrng.choice([0.3, 1.0])
     if family == "palette":
         for d in range(J):
             palette = rng.normal(size=rng.integers(2, 6)) * scale
             base[d] = palette[rng.integers(0, len(palette), size=V)]
         if rng.random() < 0.5:
-            w2[:] = 0.0
+            w2[:] = m_w2[:] = 0.0
     elif family == "duprows" and J >= 2:
         base[1], hidden[1] = base[0], hidden[0]
     elif family == "peaked":
         base = -110.0 - rng.integers(0, 4, size=(J, V)).astype(np.float64)
         base[np.arange(J), rng.integers(0, V, size=J)] = 0.0
         base += rng.integers(-5, 6, size=(J, 1))
-        w2[:] = 0.0
+        w2[:] = m_w2[:] = 0.0
     elif family == "duptokens":
         a, b = np.sort(rng.choice(V, size=2, replace=False))
         base[:, a] = base.max(axis=1) + rng.uniform(0.0, 1.0, size=J)  # per-row bump: no
         # accidental cross-depth ties such as lp_0[a] - lp_0[x] == lp_1[a] - lp_1[y]
         base[:, b], embed[b], w2[b] = base[:, a], embed[a], w2[a]
+        m_w1[b], m_w2[b] = m_w1[a], m_w2[a]
     f32 = np.float32
-    return dict(
+    markov = ({"markov": (m_w1.astype(f32), m_w2.astype(f32))}
+              if cfg.method == "dsparktree" else {})
+    return dict(**markov,
         base_logits=base.astype(f32), hidden=hidden.astype(f32),
         root_token=np.int32(rng.integers(0, V)), embed=embed.astype(f32),
         gru_w_ih=(rng.normal(size=(3 * G, H)) * 0.4).astype(f32),
@@ -146,9 +158,15 @@ def assert_same_tree(got: Tree, ref: Tree, *, exact_scores: bool = False, cond_f
 
 def run_case(cfg: Config, seed: int, family: str) -> Tree:
     case = make_case(cfg, seed, family)
-    got = build_tree(**case, **cfg.statics(), use_pallas=False)
-    ref = build_tree_numpy(**case, **cfg.statics())
-    cond_from = cfg.prefix_len if cfg.method == "dominotree" else 10**9
+    markov = case.pop("markov", None)
+    if cfg.method == "dsparktree":
+        got = build_tree_from_head(case["base_logits"], case["hidden"], case["root_token"],
+                                   MarkovHeadWeights(*markov), **cfg.statics(), use_pallas=False)
+        ref = build_tree_numpy(**case, **cfg.statics(), markov=markov)
+    else:
+        got = build_tree(**case, **cfg.statics(), use_pallas=False)
+        ref = build_tree_numpy(**case, **cfg.statics())
+    cond_from = {"dominotree": cfg.prefix_len, "dsparktree": 0}.get(cfg.method, 10**9)
     assert_same_tree(got, ref, exact_scores=family == "peaked", cond_from=cond_from,
                      logit_scale=float(np.abs(case["base_logits"]).max()))
     check_invariants(ref, cfg.J)
@@ -211,7 +229,7 @@ def test_budget_larger_than_tree():
 
 # --------------------------------------------------------------------------- large vocab
 
-@pytest.mark.parametrize("method", ["ddtree", "dominotree"])
+@pytest.mark.parametrize("method", ["ddtree", "dominotree", "dsparktree"])
 def test_qwen3_vocab(method):
     cfg = Config(method, J=4, V=151936, budget=16, node_topk=8, top_m=64, prefix_len=1,
                  H=32, G=16, E=16)

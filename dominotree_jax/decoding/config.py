@@ -11,12 +11,25 @@ from dominotree_jax.decoding import auto_size, costs as round_costs, lookup as l
 from dominotree_jax.decoding.lookup import LOOKUP_LENGTH, LOOKUP_PATHS
 from dominotree_jax.precision import Precision
 from dominotree_jax.sampling import Sampling, validate_sampling
-from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, TREE_METHODS, check_settings
+from dominotree_jax.tree.builder import (CORRECTED_TREE_METHODS, MARKOV_TREE_METHODS,
+                                         TREE_METHODS, check_settings)
 
-CHAIN_METHODS = ("dflash", "domino")
+CHAIN_METHODS = ("dflash", "domino", "dspark")
+# the methods that read a head besides the backbone: the Domino head's, DSpark's Markov head's
+DOMINO_METHODS = ("domino",) + CORRECTED_TREE_METHODS
+DSPARK_METHODS = ("dspark",) + MARKOV_TREE_METHODS
 # "lookup": no drafter, the draft is copied from the prompt and the text so far (lookup.py)
 METHODS = ("ar",) + CHAIN_METHODS + TREE_METHODS + ("lookup",)
 DRAFTER_METHODS = CHAIN_METHODS + TREE_METHODS
+
+
+def missing_head(method: str, drafter) -> str | None:
+    """Why ``drafter`` (a ``DrafterConfig``) cannot run ``method`` for want of a head, or None."""
+    if method in DOMINO_METHODS and not drafter.is_domino:
+        return f"method {method!r} needs a Domino drafter (projector_type 'domino')"
+    if method in DSPARK_METHODS and not drafter.is_dspark:
+        return f"method {method!r} needs a DSpark drafter (a Markov head: markov_rank > 0)"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,9 +135,9 @@ class DecodeConfig:
                            method=self.method, budget=self.num_draft_nodes,
                            node_topk=self.node_topk,
                            top_m=self.top_m, prefix_len=self.drafter.pure_draft_prefix_len)
-        if self.method in ("domino",) + CORRECTED_TREE_METHODS and not self.drafter.is_domino:
-            raise ValueError(f"method {self.method!r} needs a Domino drafter "
-                             "(projector_type 'domino')")
+        missing = missing_head(self.method, self.drafter)
+        if missing:
+            raise ValueError(missing)
         bad = [s for s in self.stop_ids if not 0 <= s < self.target.vocab_size]
         if bad:
             raise ValueError(f"stop ids outside the vocabulary: {bad}")

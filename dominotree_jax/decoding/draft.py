@@ -1,6 +1,6 @@
 """Step 1 of a round, drafting (docs/algorithm.md §2–4): nothing (``ar``), a chain (``dflash``,
-``domino``) or a best-first tree (``ddtree``, ``condstatic``, ``dominotree``), all returned in
-one tree layout (``Draft``) for verification.
+``domino``, ``dspark``) or a best-first tree (``ddtree``, ``condstatic``, ``dominotree``,
+``dsparktree``), all returned in one tree layout (``Draft``) for verification.
 
 ``draft_round`` runs the drafter's block forward and then ``chain_draft`` or ``tree_draft`` on
 its outputs; benchmarks call those two directly to time the stages apart. Lookup paths (the
@@ -18,9 +18,10 @@ from dominotree_jax.decoding import lookup
 from dominotree_jax.decoding.config import CHAIN_METHODS, DecodeConfig
 from dominotree_jax.decoding.stages import STAGE_DRAFT, STAGE_TREE
 from dominotree_jax.domino_head import dflash_chain, domino_chain
+from dominotree_jax.markov_head import markov_chain
 from dominotree_jax.model.drafter import bind_drafter
 from dominotree_jax.tree import Tree, build_tree_from_head, chain_tree, tree_attention
-from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS
+from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, MARKOV_TREE_METHODS
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Bool, Float, Int
@@ -89,12 +90,15 @@ def first_nodes(draft: Draft, n: int) -> Draft:
 
 def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
                 paths=None) -> Draft:
-    """Greedy chain of ``J`` nodes: DFlash (argmax of the base logits) or Domino (corrected).
+    """Greedy chain of ``J`` nodes: DFlash (argmax of the base logits), Domino (corrected by
+    the GRU head) or DSpark (corrected by the Markov head).
     ``target``: whose token embedding the Domino head reads. The chain and tree builders work
     over the drafter's draft vocabulary; the ``Draft`` holds target ids. ``paths``: the
     round's lookup paths (``lookup.propose``) when ``config.lookup_paths``."""
     if config.method == "dflash":
         tokens_BJ, logprobs_BJ = dflash_chain(base_BJV)
+    elif config.method == "dspark":
+        tokens_BJ, logprobs_BJ = markov_chain(drafter.markov_weights(), base_BJV, t0_B)
     else:
         tokens_BJ, logprobs_BJ = domino_chain(drafter.head_weights(target), z_BJH, base_BJV,
                                               t0_B, config.drafter.pure_draft_prefix_len)
@@ -108,8 +112,10 @@ def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
                paths=None) -> Draft:
     """Best-first tree of ``num_draft_nodes`` per batch row (``ddtree`` marginal,
     ``condstatic`` one correction per depth along the greedy path, ``dominotree`` conditional
-    on each node's path through the Domino head); ``paths``: as in ``chain_draft``."""
-    head = (drafter.head_weights(target) if config.method in CORRECTED_TREE_METHODS else None)
+    on each node's path through the Domino head, ``dsparktree`` on each node's token through
+    the Markov head); ``paths``: as in ``chain_draft``."""
+    head = (drafter.head_weights(target) if config.method in CORRECTED_TREE_METHODS else
+            drafter.markov_weights() if config.method in MARKOV_TREE_METHODS else None)
 
     def one(base_JV, z_JH, t0):
         return build_tree_from_head(base_JV, z_JH, t0, head, method=config.method,

@@ -71,12 +71,12 @@ def load_models(target_path: str | None = None, drafter: str | None = None,
 
 
 def usable_methods(methods, drafter_cfg) -> tuple[str, ...]:
-    """``methods`` without the Domino ones when the drafter has no Domino head (warns)."""
-    if drafter_cfg.is_domino:
-        return tuple(methods)
-    dropped = [m for m in methods if m in ("domino", "condstatic", "dominotree")]
+    """``methods`` without those that read a head the drafter lacks (the Domino head's, the
+    Markov head's; warns)."""
+    from dominotree_jax.decoding.config import missing_head
+    dropped = [m for m in methods if missing_head(m, drafter_cfg)]
     if dropped:
-        print(f"WARNING: the drafter has no Domino head: skipping {dropped}", file=sys.stderr)
+        print(f"WARNING: the drafter lacks their head: skipping {dropped}", file=sys.stderr)
     return tuple(m for m in methods if m not in dropped)
 
 

@@ -32,6 +32,8 @@ from flax import nnx
 from dominotree_jax.config import ConfigError, DrafterConfig
 from dominotree_jax.domino_head import DominoHeadWeights, gather_rows
 from dominotree_jax.linalg import matmul_t
+from dominotree_jax.markov_head import (ConfidenceWeights, MarkovHeadWeights, confidence_logits,
+                                        markov_rows)
 from dominotree_jax.sharding import declare
 from dominotree_jax.model.cache import (as_stored, storage_dtype, value_dtype, view_layer,
                                         write_layers_at)
@@ -144,6 +146,31 @@ def check_draft_vocab(d2t, vocab_size: int, size: int | None = None, what: str =
     return np.sort(a).astype(np.int32)
 
 
+class MarkovTable(nnx.Module):
+    """``markov_w1``: DSpark's ``[V, r]`` table of Markov rows, indexed by token id."""
+
+    def __init__(self, vocab: int, rank: int, *, dtype, rngs: nnx.Rngs):
+        self.weight = nnx.Param(0.02 * jax.random.normal(rngs.params(), (vocab, rank), dtype),
+                                **declare("vocab", "markov_rank"))
+
+
+class MarkovHead(nnx.Module):
+    """DSpark's Markov head (``markov_head.markov_w1`` / ``markov_w2``; markov_head.py)."""
+
+    def __init__(self, vocab: int, rank: int, *, dtype, rngs: nnx.Rngs):
+        self.markov_w1 = MarkovTable(vocab, rank, dtype=dtype, rngs=rngs)
+        self.markov_w2 = Linear(rank, vocab, axes=("vocab", "markov_rank"), dtype=dtype,
+                                rngs=rngs)
+
+
+class ConfidenceHead(nnx.Module):
+    """DSpark's confidence head (``confidence_head.proj``, with its bias; markov_head.py)."""
+
+    def __init__(self, width: int, *, dtype, rngs: nnx.Rngs):
+        self.proj = Linear(width, 1, axes=("confidence_out", "confidence_in"), bias=True,
+                           dtype=dtype, rngs=rngs)
+
+
 class SiLU(nnx.Module):
     """Parameter-free slot 1 of ``embed_proj`` (Linear, SiLU, Linear), kept for the key names."""
 
@@ -170,6 +197,10 @@ class Drafter(nnx.Module):
         else:
             self.prefix_gru = None
             self.embed_proj = None
+        self.markov_head = (MarkovHead(cfg.vocab_size, cfg.markov_rank, dtype=dtype, rngs=rngs)
+                            if cfg.is_dspark else None)
+        self.confidence_head = (ConfidenceHead(cfg.confidence_width, dtype=dtype, rngs=rngs)
+                                if cfg.confidence_head else None)
         # until a checkpoint or a training run fills it: the |D| lowest ids
         self.d2t = (None if cfg.draft_vocab_size is None
                     else draft_vocab_variable(jnp.arange(cfg.draft_vocab_size, dtype=jnp.int32)))
@@ -285,6 +316,27 @@ class Drafter(nnx.Module):
                                  self.prefix_gru.weight_hh_l0[...], self.embed_proj[0].weight[...],
                                  self.embed_proj[2].weight[...],
                                  None if self.d2t is None else self.d2t[...])
+
+
+    # ------------------------------------------------------------------ DSpark heads
+    def markov_weights(self) -> MarkovHeadWeights:
+        """The Markov head's weights (``markov_head.py``)."""
+        if self.markov_head is None:
+            raise ConfigError("the Markov head needs a DSpark drafter (markov_rank > 0)")
+        return MarkovHeadWeights(self.markov_head.markov_w1.weight[...],
+                                 self.markov_head.markov_w2.weight[...])
+
+    def confidence(self, z_sJH, prev_sJ):
+        """``[..., J]`` float32 confidence logits of the depths whose final-normed states are
+        ``z`` and whose previous tokens are ``prev`` (the anchor, then the drafted tokens):
+        ``sigmoid`` = the estimated acceptance of each depth given the ones before it."""
+        if self.confidence_head is None:
+            raise ConfigError("this drafter has no confidence head (enable_confidence_head)")
+        e_sJr = (markov_rows(self.markov_weights(), prev_sJ)
+                 if self.cfg.confidence_with_markov else None)
+        proj = self.confidence_head.proj
+        return confidence_logits(ConfidenceWeights(proj.weight[...], proj.bias[...]), z_sJH,
+                                 e_sJr)
 
 
 # ---------------------------------------------------------------------- params

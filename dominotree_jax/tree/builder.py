@@ -30,6 +30,10 @@ Children distributions:
   (top-M of ``base_d``), ``base_d[C_d]`` and ``W2[C_d]`` are gathered once per round and each pop
   runs ``domino_head.expand_split`` (the Pallas kernel on GPU). ``top_m = 0`` uses the full
   vocabulary.
+- ``"dsparktree"`` (conditional on the parent's token): every depth's children from
+  ``base_d + W2 · W1[token]`` of the node they hang from (the root: ``t0``), DSpark's Markov head
+  (``markov_head.markov_tree_parts``; ``head`` is its ``MarkovHeadWeights``); the state a pop
+  keeps is ``W1[token]``; the same top-M candidates, in jnp (no kernel); ``prefix_len`` unused.
 
 Everything is computed in float32 with ``Precision.HIGHEST`` matmuls (no TF32 on GPU), whatever
 the input dtype; only the embedding / W2 rows that are needed are gathered and cast.
@@ -46,12 +50,15 @@ import jax.numpy as jnp
 from dominotree_jax.domino_head import (DominoHeadWeights, expand_split, gather_rows,
                                         gru_advance, gru_root_state, split_projection)
 from dominotree_jax.fence import fenced
+from dominotree_jax.markov_head import markov_tree_parts
 from dominotree_jax.tree.topk import vocab_top_k
 from pallas_kernels.topm_expand import pad_operands, resolve_use_pallas
 
-TREE_METHODS = ("ddtree", "condstatic", "dominotree")
+TREE_METHODS = ("ddtree", "condstatic", "dominotree", "dsparktree")
 # Tree methods that read the Domino head.
 CORRECTED_TREE_METHODS = ("condstatic", "dominotree")
+# Tree methods that read DSpark's Markov head.
+MARKOV_TREE_METHODS = ("dsparktree",)
 
 
 class Tree(NamedTuple):
@@ -93,7 +100,7 @@ def check_settings(J: int, V: int, *, method: str, budget: int, node_topk: int, 
         raise ValueError(f"node_topk={node_topk} exceeds the vocabulary ({V})")
     if top_m < 0 or top_m > V:
         raise ValueError(f"top_m must be in [0, V={V}], got {top_m}")
-    if method in CORRECTED_TREE_METHODS and 0 < top_m < node_topk:
+    if method in CORRECTED_TREE_METHODS + MARKOV_TREE_METHODS and 0 < top_m < node_topk:
         raise ValueError(f"top_m={top_m} must be >= node_topk={node_topk} (or 0 = full vocab)")
     if prefix_len < 0:
         raise ValueError("prefix_len must be >= 0")
@@ -157,6 +164,7 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
     marg_lp_Jk, marg_ids_Jk = _top_k(jax.nn.log_softmax(base_JV, axis=-1), k)
     corrected = method in CORRECTED_TREE_METHODS and prefix_len < J
     conditional = corrected and method == "dominotree"
+    markov = method in MARKOV_TREE_METHODS
 
     if corrected:
         if head is None or any(w is None for w in head[:5]):   # (draft_ids may be None)
@@ -174,7 +182,13 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
     if corrected and not conditional:   # condstatic: per-depth children along the greedy path
         marg_ids_Jk, marg_lp_Jk = _static_corrected_children(
             marg_ids_Jk, marg_lp_Jk, expand, advance, root_state, prefix_len)
-    if not conditional:
+    if markov:
+        if head is None or len(head) != 2:
+            raise ValueError(f"{method} needs the Markov head's weights (MarkovHeadWeights)")
+        expand, advance, root_state = markov_tree_parts(head, base_JV, root_token, k=k,
+                                                        top_m=top_m, vocab_top_k=_top_k)
+        conditional, prefix_len, G = True, 0, root_state.shape[-1]
+    elif not conditional:
         G = 1
         root_state = jnp.zeros((G,), f32)
 
