@@ -630,8 +630,11 @@ class DrafterConfig(DecoderShape):
     @classmethod
     def for_target(cls, target: "TargetConfig", *, layers: int, intermediate: int,
                    taps: tuple[int, ...], block_size: int, mask_token_id: int, gru: int = 256,
-                   emb: int = 128, draft_vocab_size: int | None = None) -> "DrafterConfig":
-        """A new Domino drafter (``shift_label``, prefix length 1) at ``target``'s shapes."""
+                   emb: int = 128, draft_vocab_size: int | None = None,
+                   markov_rank: int = 0) -> "DrafterConfig":
+        """A new Domino drafter (``shift_label``, prefix length 1) at ``target``'s shapes; with
+        ``markov_rank`` a DSpark one instead (a Markov head and a confidence head)."""
+        dspark = markov_rank > 0
         return cls(
             vocab_size=target.vocab_size, hidden_size=target.hidden_size,
             intermediate_size=intermediate, num_hidden_layers=layers,
@@ -641,8 +644,9 @@ class DrafterConfig(DecoderShape):
             num_target_layers=target.num_hidden_layers, target_layer_ids=tuple(taps),
             rms_norm_eps=target.rms_norm_eps, rope_theta=target.rope_theta,
             max_position_embeddings=target.max_position_embeddings, shift_label=True,
-            projector_type="domino", gru_hidden_dim=gru, emb_dim=emb, pure_draft_prefix_len=1,
-            draft_vocab_size=draft_vocab_size)
+            projector_type=None if dspark else "domino", gru_hidden_dim=0 if dspark else gru,
+            emb_dim=0 if dspark else emb, pure_draft_prefix_len=1,
+            draft_vocab_size=draft_vocab_size, markov_rank=markov_rank, confidence_head=dspark)
 
     @property
     def draft_vocab(self) -> int:
@@ -849,9 +853,6 @@ def drafter_problems(cfg: DrafterConfig, target_cfg: TargetConfig | None = None)
     if cfg.is_dspark and not cfg.shift_label:
         problems.append("a DSpark drafter's block slots predict from the anchor on "
                         "(shift_label=True)")
-    if cfg.is_dspark and cfg.draft_vocab_size is not None:
-        problems.append("a DSpark drafter with a draft vocabulary is not supported (its Markov "
-                        "head is over the full vocabulary)")
     if cfg.confidence_head and cfg.confidence_with_markov and not cfg.is_dspark:
         problems.append("a confidence head with Markov features needs markov_rank > 0")
     if cfg.block_size < 2:

@@ -4,13 +4,16 @@ them from here: the ``dspark`` chain (``markov_chain``), the ``dsparktree`` buil
 (``markov_tree_parts``) and the drafter (``Drafter.markov_weights``, ``Drafter.confidence``).
 
 Weights travel as one ``MarkovHeadWeights`` in DeepSpec's layouts: ``w1 [V, r]`` (a table of
-its own, indexed by the previous token's target id) and ``w2 [V, r]`` (the ``r -> V`` output
-projection, stored ``[out, in]``). At depth ``d`` (slot ``d`` of the block predicts the token
-``d + 1`` after the anchor) with previous token ``p`` (the anchor ``t0`` at depth 0, else the
-token drafted at depth ``d - 1``) the logits are ``base_d + W2 · W1[p]``: a bias on the logits,
-no activation, no normalisation. The confidence head reads ``[z_d ; W1[p]]`` (or ``z_d`` alone)
-and gives one logit per depth, ``sigmoid`` = the estimated acceptance of depth ``d`` given the
-depths before it.
+its own, indexed by the previous token's target id) and ``w2 [D, r]`` (the ``r -> D`` output
+projection, stored ``[out, in]``, over the drafter's draft vocabulary ``D``: the whole
+vocabulary, or the columns ``draft_ids`` of a drafter with one; drafted tokens are draft ids,
+mapped to target ids before their ``w1`` row is read).
+
+At depth ``d`` (slot ``d`` of the block predicts the token ``d + 1`` after the anchor) with
+previous token ``p`` (the anchor ``t0`` at depth 0, else the token drafted at depth ``d - 1``)
+the logits are ``base_d + W2 · W1[p]``: a bias on the logits, no activation, no normalisation.
+The confidence head reads ``[z_d ; W1[p]]`` (or ``z_d`` alone) and gives one logit per depth,
+``sigmoid`` = the estimated acceptance of depth ``d`` given the depths before it.
 """
 
 from __future__ import annotations
@@ -28,9 +31,15 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 class MarkovHeadWeights(NamedTuple):
-    """The Markov head's weights (a pytree): ``w1 [V, r]``, ``w2 [V, r]``."""
+    """The Markov head's weights (a pytree): ``w1 [V, r]``, ``w2 [D, r]``."""
     w1: jax.Array
     w2: jax.Array
+    # [D] int32: the target id of each draft-vocabulary column (None: D is the vocabulary)
+    draft_ids: jax.Array | None = None
+
+    def target_ids(self, draft_s: jax.Array) -> jax.Array:
+        """The target ids of draft-vocabulary tokens ``draft_s``."""
+        return draft_s if self.draft_ids is None else jnp.take(self.draft_ids, draft_s, axis=0)
 
 
 class ConfidenceWeights(NamedTuple):
@@ -58,11 +67,12 @@ def corrected_logits(w: MarkovHeadWeights, base_sV: jax.Array, prev_s: jax.Array
 def markov_chain(w: MarkovHeadWeights, base_BJV, t0_B):
     """The greedy DSpark chain → ``(tokens [B, J] int32, logprobs [B, J] float32)``: depth ``d``
     takes the argmax of ``base_d + W2 · W1[previous token]``, the previous token being ``t0``
-    at depth 0; log-probs under that corrected distribution."""
+    (a target id) at depth 0; log-probs under that corrected distribution. Tokens are columns
+    of the draft vocabulary (``Drafter.to_target`` maps them)."""
 
-    def step(prev_B, base_BV):
+    def step(prev_B, base_BV):   # prev: a target id; the draft: a draft-vocabulary column
         tok_B, lp_B = greedy(corrected_logits(w, base_BV, prev_B))
-        return tok_B, (tok_B, lp_B)
+        return w.target_ids(tok_B), (tok_B, lp_B)
 
     _, (tok_JB, lp_JB) = jax.lax.scan(step, t0_B.astype(jnp.int32), jnp.swapaxes(base_BJV, 0, 1))
     return tok_JB.T, lp_JB.T
@@ -98,7 +108,7 @@ def markov_tree_parts(w: MarkovHeadWeights, base_JV, root_token, *, k: int, top_
 
     def advance(token, e_r):   # a first-order head: the state is the token's row alone
         del e_r
-        return markov_rows(w, token)
+        return markov_rows(w, w.target_ids(token))
 
     return expand, advance, markov_rows(w, jnp.asarray(root_token, jnp.int32))
 

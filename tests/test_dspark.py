@@ -23,7 +23,7 @@ from dominotree_jax import DecodeConfig
 from dominotree_jax.config import ConfigError, check_drafter
 from dominotree_jax.decoding.costs import CostTable
 from dominotree_jax.markov_head import corrected_logits, markov_chain
-from dominotree_jax.model.drafter import bind_drafter, drafter_graphdef
+from dominotree_jax.model.drafter import bind_drafter, drafter_graphdef, restrict_to_draft_vocab
 
 import released_layouts as rl
 from decode_helpers import SAMPLING_XLA, fresh_jit_decode, jit_decode
@@ -106,6 +106,35 @@ def test_greedy_equals_ar_with_batches_stops_lookup_and_auto(method, extra):
     np.testing.assert_array_equal(out.num_tokens, ar.num_tokens)
 
 
+def test_a_draft_vocabulary_keeps_the_heads_on_its_columns():
+    """A DSpark drafter restricted to a draft vocabulary (``restrict_to_draft_vocab``): its
+    chain is the NumPy chain over those columns, each previous token's Markov row read by its
+    target id; both methods still equal ``ar``."""
+    tcfg, dcfg, params = tiny_pair(dspark=True)
+    ids = np.sort(np.random.default_rng(1).choice(63, 40, replace=False))
+    vcfg, vparams = restrict_to_draft_vocab(dcfg, params["drafter"], ids)
+    drafter = bind_drafter(vcfg, vparams)
+    rng = np.random.default_rng(2)
+    base = jnp.asarray(rng.normal(size=(2, vcfg.num_draft_positions, 40)) * 3, jnp.float32)
+    t0 = jnp.asarray([5, 62], jnp.int32)
+    toks, _ = markov_chain(drafter.markov_weights(), base, t0)
+    w1 = np.asarray(params["drafter"]["markov_head"]["markov_w1"]["weight"][...], np.float64)
+    w2 = np.asarray(params["drafter"]["markov_head"]["markov_w2"]["weight"][...], np.float64)
+    for b in range(2):
+        prev = int(t0[b])
+        for d in range(vcfg.num_draft_positions):
+            col = int(np.argmax(np.asarray(base[b, d], np.float64) + w2[ids] @ w1[prev]))
+            assert int(toks[b, d]) == col
+            prev = int(ids[col])
+    prompt = jnp.array([3, 17, 5, 9, 33, 2, 8])
+    ar = jdecode(params, prompt, config=DecodeConfig(target=tcfg, method="ar", max_new_tokens=24))
+    for method in ("dspark", "dsparktree"):
+        cfg = DecodeConfig(target=tcfg, drafter=vcfg, method=method, max_new_tokens=24,
+                           budget=6, node_topk=3, top_m=16)
+        out = jdecode({**params, "drafter": vparams}, prompt, config=cfg)
+        np.testing.assert_array_equal(out.tokens, ar.tokens, err_msg=method)
+
+
 @pytest.mark.parametrize("method", ["dspark", "dsparktree"])
 def test_oracle_reaches_the_longest_acceptance(method):
     """Base logits scripted to the target's continuation and the Markov head zeroed: every round
@@ -149,8 +178,7 @@ def test_methods_need_their_head_and_dspark_refuses_what_it_cannot_run():
     _, ds, _ = tiny_pair(dspark=True)
     with pytest.raises(ValueError, match="'dominotree' needs a Domino drafter"):
         DecodeConfig(target=tcfg, drafter=ds, method="dominotree")
-    for bad, match in ((dict(draft_vocab_size=16), "draft vocabulary is not supported"),
-                       (dict(shift_label=False), "shift_label=True"),
+    for bad, match in ((dict(shift_label=False), "shift_label=True"),
                        (dict(projector_type="domino", gru_hidden_dim=4, emb_dim=4),
                         "not both")):
         with pytest.raises(ConfigError, match=match):

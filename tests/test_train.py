@@ -445,3 +445,61 @@ def test_a_drafter_trains_against_a_hybrid_target(tmp_path):
     tr.close()
     assert np.isfinite([h["loss"] for h in hist]).all()
     assert after < before - 0.1, (before, after)
+
+
+def test_dspark_drafter_trains_its_heads_with_the_published_loss_mix(setup):
+    """A trained drafter given DSpark's heads (``with_dspark_heads``) drafts as before at step 0;
+    its loss is DeepSpec's mix (checked against NumPy on one batch); with ``backbone_lr=0``
+    training moves the heads only and lowers the loss."""
+    from dominotree_jax.train.grow import with_dspark_heads
+    from dominotree_jax.train.loss import DSparkLoss, block_logits
+    from dominotree_jax.model.state import flat_to_state
+    root, target, ds, train_ids, _ = setup
+    src = _trainer(setup, "dspark_src", 2)
+    src.fit()
+    cfg, flat = with_dspark_heads(DCFG, {k: np.asarray(v) for k, v in src.flat.items()}, 4)
+    assert cfg.is_dspark and not cfg.is_domino and cfg.confidence_head
+    assert not any(k.startswith(("prefix_gru.", "embed_proj.")) for k in flat)
+    b = jax.tree.map(jnp.asarray, D.make_batch(ds, train_ids[:4], anchors=4, block=4,
+                                               rng=np.random.default_rng(4)))
+    flat["markov_head.markov_w2.weight"] = np.random.default_rng(5).normal(
+        size=flat["markov_head.markov_w2.weight"].shape).astype(np.float32)
+    flat["confidence_head.proj.weight"] = np.random.default_rng(6).normal(
+        size=flat["confidence_head.proj.weight"].shape).astype(np.float32) * 0.1
+    state = flat_to_state(cfg, {k: jnp.asarray(v) for k, v in flat.items()})
+    weights = DSparkLoss(ce=0.3, l1=0.5, confidence=2.0)
+    loss, m = loss_and_metrics(cfg, TCFG, state, target.params, b, 0.0, 4.0, dspark=weights)
+    # NumPy: per depth 0.3 CE + 0.5 L1 + 2.0 BCE(conf, 1 - L1/2), weights exp(-d/4)
+    blocks = block_logits(cfg, TCFG, state, target.params, b)
+    corr, tgt = np.asarray(blocks.corr, np.float64), np.asarray(blocks.targets)
+    p_t = np.asarray(jax.nn.softmax(target_soft_logits(TCFG, target.params, b), -1), np.float64)
+    q = np.exp(corr - corr.max(-1, keepdims=True))
+    q /= q.sum(-1, keepdims=True)
+    l1 = np.abs(q - p_t).sum(-1)
+    alpha = np.clip(1 - l1 / 2, 0, 1)
+    lse = np.log(np.exp(corr - corr.max(-1, keepdims=True)).sum(-1)) + corr.max(-1)
+    ce = lse - np.take_along_axis(corr, np.maximum(tgt, 0)[..., None], -1)[..., 0]
+    w1 = np.asarray(flat["markov_head.markov_w1.weight"], np.float64)
+    feats = np.concatenate([np.asarray(blocks.z, np.float64), w1[np.asarray(blocks.prev)]], -1)
+    conf = feats @ np.asarray(flat["confidence_head.proj.weight"], np.float64)[0] \
+        + float(flat["confidence_head.proj.bias"][0])
+    bce = np.log1p(np.exp(conf)) - alpha * conf
+    wd = np.exp(-np.arange(tgt.shape[1]) / 4.0)[None] * (tgt >= 0)
+    want = (wd * (0.3 * ce + 0.5 * l1 + 2.0 * bce)).sum() / wd.sum()
+    np.testing.assert_allclose(float(loss), want, rtol=1e-5)
+    assert np.isfinite(float(m["conf_mae"])) and 0 <= float(m["alpha"]) <= 1
+    with pytest.raises(ValueError, match="DSpark drafter trains with its own loss mix"):
+        loss_and_metrics(cfg, TCFG, state, target.params, b, 0.0, None, soft=0.5)
+    # a frozen backbone: only the heads move, and the loss falls
+    tc = TrainConfig(steps=12, batch=4, anchors=4, lr=1e-2, warmup=1, seed=0, ckpt_every_s=1e9,
+                     backbone_lr=0.0, curriculum=False)
+    tr = Trainer(cfg, TCFG, target.params, ds, train_ids, tc, str(root / "dspark" / "ckpt"),
+                 log_dir=str(root / "dspark"), progress=False, init_flat=flat)
+    before = {k: np.asarray(v) for k, v in tr.flat.items()}
+    hist = tr.fit()
+    for k, v in tr.flat.items():
+        moved = not np.array_equal(before[k], np.asarray(v))
+        assert moved == k.startswith(("markov_head.", "confidence_head.")), k
+    assert np.mean([h["loss"] for h in hist[-3:]]) < np.mean([h["loss"] for h in hist[:3]])
+    tr.close()
+    src.close()

@@ -155,11 +155,12 @@ class MarkovTable(nnx.Module):
 
 
 class MarkovHead(nnx.Module):
-    """DSpark's Markov head (``markov_head.markov_w1`` / ``markov_w2``; markov_head.py)."""
+    """DSpark's Markov head (``markov_head.markov_w1`` ``[V, r]`` / ``markov_w2`` ``[D, r]``:
+    rows over the draft vocabulary; markov_head.py)."""
 
-    def __init__(self, vocab: int, rank: int, *, dtype, rngs: nnx.Rngs):
+    def __init__(self, vocab: int, draft_vocab: int, rank: int, *, dtype, rngs: nnx.Rngs):
         self.markov_w1 = MarkovTable(vocab, rank, dtype=dtype, rngs=rngs)
-        self.markov_w2 = Linear(rank, vocab, axes=("vocab", "markov_rank"), dtype=dtype,
+        self.markov_w2 = Linear(rank, draft_vocab, axes=("vocab", "markov_rank"), dtype=dtype,
                                 rngs=rngs)
 
 
@@ -197,7 +198,8 @@ class Drafter(nnx.Module):
         else:
             self.prefix_gru = None
             self.embed_proj = None
-        self.markov_head = (MarkovHead(cfg.vocab_size, cfg.markov_rank, dtype=dtype, rngs=rngs)
+        self.markov_head = (MarkovHead(cfg.vocab_size, cfg.draft_vocab, cfg.markov_rank,
+                                       dtype=dtype, rngs=rngs)
                             if cfg.is_dspark else None)
         self.confidence_head = (ConfidenceHead(cfg.confidence_width, dtype=dtype, rngs=rngs)
                                 if cfg.confidence_head else None)
@@ -324,7 +326,8 @@ class Drafter(nnx.Module):
         if self.markov_head is None:
             raise ConfigError("the Markov head needs a DSpark drafter (markov_rank > 0)")
         return MarkovHeadWeights(self.markov_head.markov_w1.weight[...],
-                                 self.markov_head.markov_w2.weight[...])
+                                 self.markov_head.markov_w2.weight[...],
+                                 None if self.d2t is None else self.d2t[...])
 
     def confidence(self, z_sJH, prev_sJ):
         """``[..., J]`` float32 confidence logits of the depths whose final-normed states are
@@ -390,6 +393,9 @@ def restrict_to_draft_vocab(cfg: DrafterConfig, params, d2t):
     pure = nnx.to_pure_dict(params)
     if cfg.is_domino:
         pure["embed_proj"][2]["weight"] = jnp.asarray(pure["embed_proj"][2]["weight"])[ids]
+    if cfg.is_dspark:
+        w2 = pure["markov_head"]["markov_w2"]["weight"]
+        pure["markov_head"]["markov_w2"]["weight"] = jnp.asarray(w2)[ids]
     pure["d2t"] = jnp.asarray(ids)
     state = jax.tree.map(lambda x: x, abstract)
     nnx.replace_by_pure_dict(state, pure)

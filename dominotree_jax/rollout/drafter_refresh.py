@@ -61,7 +61,8 @@ def rollout_drafter_batch(prompt_BT, lengths_B, tokens_BY, num_B, features_BWF, 
 def chain_tau(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batch) -> jax.Array:
     """Mean ``1 + leading correct depths`` of the (corrected) greedy chain over anchor blocks
     that have at least one label."""
-    _, corr, tgt = block_logits(dcfg, tcfg, dparams, tparams, batch)
+    blocks = block_logits(dcfg, tcfg, dparams, tparams, batch)
+    corr, tgt = blocks.corr, blocks.targets
     valid = tgt >= 0
     pred = jnp.argmax(corr, -1)                      # a draft-vocabulary column
     if dcfg.draft_vocab_size is not None:
@@ -99,6 +100,10 @@ class DrafterRefresher:
         if anchors < 1 or (rows is not None and rows < 1):
             raise ValueError(f"anchors and rows must be >= 1, got anchors={anchors}, "
                              f"rows={rows}")
+        if dcfg.is_dspark:
+            raise ValueError("the drafter refresh does not train DSpark drafters: their loss "
+                             "reads the target's distribution, which rollouts do not keep; "
+                             "run the engine with drafter_refresh off")
         self.dcfg, self.tcfg = dcfg, tcfg
         self.anchors, self.block, self.rows = anchors, dcfg.num_draft_positions, rows
         if vocab_ids is None:

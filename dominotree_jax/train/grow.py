@@ -1,4 +1,5 @@
-"""Grow a trained drafter by layers without changing what it computes.
+"""Grow a trained drafter by layers, or give it DSpark's heads, without changing what it
+computes.
 
 A warm start from a 1-layer drafter can still try 2 or 3 layers: every added layer copies the
 last layer's weights (its attention and MLP see sensible inputs from the first step) but its two
@@ -37,3 +38,27 @@ def grow_layers(cfg: DrafterConfig, flat: dict, num_layers: int) -> tuple[Drafte
             w = np.asarray(w)
             out[f"layers.{i}.{name}"] = np.zeros_like(w) if name in _ZEROED else w.copy()
     return dataclasses.replace(cfg, num_hidden_layers=num_layers), out
+
+
+def with_dspark_heads(cfg: DrafterConfig, flat: dict, rank: int,
+                      seed: int = 0) -> tuple[DrafterConfig, dict]:
+    """``(config, {name: array})`` of the drafter with DSpark's heads instead of any Domino
+    head: a rank-``rank`` Markov head whose output ``W2`` starts at zero (the corrected logits
+    equal the base ones, so the drafter drafts as its backbone did) and a zeroed confidence
+    head over ``[z ; W1 row]``; the backbone and ``d2t`` are kept."""
+    from dominotree_jax.config import check_drafter
+    from dominotree_jax.model.drafter import init_drafter_params
+    from dominotree_jax.model.state import state_to_flat
+    if rank < 1:
+        raise ValueError(f"a Markov head needs rank >= 1, got {rank}")
+    new = dataclasses.replace(cfg, projector_type=None, gru_hidden_dim=0, emb_dim=0,
+                              markov_rank=rank, confidence_head=True,
+                              confidence_with_markov=True, shift_label=True)
+    check_drafter(new)
+    fresh = state_to_flat(init_drafter_params(new, seed))
+    out = {k: v for k, v in flat.items() if not k.startswith(("prefix_gru.", "embed_proj."))}
+    for name, w in fresh.items():
+        if name.startswith(("markov_head.", "confidence_head.")):
+            w = np.asarray(w)
+            out[name] = w if name == "markov_head.markov_w1.weight" else np.zeros_like(w)
+    return new, out

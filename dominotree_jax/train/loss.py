@@ -11,15 +11,26 @@ The Domino head is teacher-forced: depth ``d`` uses the GRU state after ``x_a �
 Labels are ``x_{a+1} … x_{a+J}`` (``shift_label``). Depths ``< prefix_len`` use the base
 logits, as at inference. Loss ``(1-λ)·CE(corrected) + λ·CE(base)``, per-depth weight
 ``exp(-d/γ)``.
+
+A DSpark drafter (docs/algorithm.md §3b) is teacher-forced the same way: depth ``d``'s Markov
+correction reads the true previous token ``x_{a+d}``. Its corrected head's term is the published
+mix (``DSparkLoss``): ``ce·CE + l1·‖softmax(corrected) − p_target‖₁ + confidence·BCE(conf, α)``
+with ``α = 1 − ½‖…‖₁`` (not differentiated) the depth's acceptance if the draft were sampled,
+``p_target`` the target's distribution from the stored final hidden states (over the loss's
+columns: a vocabulary subset or draft vocabulary renormalises it).
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.domino_head import corrected_logits, gru_path_states
+from dominotree_jax.markov_head import markov_bias, markov_rows
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter
 from dominotree_jax.linalg import matmul_t
 from dominotree_jax.model.target import bind_target
@@ -82,9 +93,28 @@ def anchored_blocks(drafter, dcfg: DrafterConfig, batch):
     return ctx_A, jnp.maximum(lab[:, 0], 0), anchor_A, lab
 
 
+@dataclasses.dataclass(frozen=True)
+class DSparkLoss:
+    """The weights of a DSpark drafter's loss terms (DeepSpec's published defaults): the
+    label's cross-entropy, the L1 distance to the target's distribution (twice the total
+    variation) and the confidence head's binary cross-entropy."""
+    ce: float = 0.1
+    l1: float = 0.9
+    confidence: float = 1.0
+
+
+class Blocks(NamedTuple):
+    """One batch's blocks as the loss reads them (``A`` = blocks, ``J`` = depths)."""
+    base: jax.Array        # [A, J, V'] float32 base logits (V': the loss's columns)
+    corr: jax.Array        # [A, J, V'] the corrected head's (the base where there is none)
+    targets: jax.Array     # [A, J] label token ids (-1: none)
+    z: jax.Array           # [A, J, H] final-normed states
+    prev: jax.Array        # [A, J] the true previous token of each depth (x_a … x_{a+J-1})
+
+
 def block_logits(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batch,
-                 vocab_ids=None):
-    """``(base [B·A, J, V], corrected [B·A, J, V], targets [B·A, J])`` for the ``B·A`` blocks.
+                 vocab_ids=None) -> Blocks:
+    """``Blocks`` (base, corrected, targets ``[B·A, J]``, …) for the ``B·A`` blocks.
 
     With ``vocab_ids [Va]`` the logits are computed over those vocabulary rows only (column
     ``j`` is token ``vocab_ids[j]``; targets stay token ids): the full-vocabulary LM head is
@@ -107,9 +137,14 @@ def block_logits(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batc
         corr = corrected_logits(base, z, states, domino.proj_w1, w2).astype(jnp.float32)
         prefix_len = dcfg.pure_draft_prefix_len
         corr = jnp.where((jnp.arange(J) < prefix_len)[None, :, None], base, corr)
+    elif dcfg.is_dspark:
+        markov = drafter.markov_weights()
+        w2 = markov.w2 if vocab_ids is None else jnp.take(markov.w2, vocab_ids, axis=0)
+        corr = base + markov_bias(markov._replace(w2=w2),
+                                  markov_rows(markov, jnp.maximum(lab[:, :J], 0)))
     else:
         corr = base
-    return base, corr, lab[:, 1:J + 1]
+    return Blocks(base, corr, lab[:, 1:J + 1], z, jnp.maximum(lab[:, :J], 0))
 
 
 def _ce(logits, tgt):
@@ -182,7 +217,7 @@ def until_fail_mask(correct_AJ, valid_AJ, floor: float = 0.0):
 def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batch, lam,
                      gamma: float | None = 7.0, vocab_ids=None, vocab_index=None,
                      soft: float = 0.0, soft_topk: float = 0.0, until_fail: bool = False,
-                     until_fail_floor: float = 0.0):
+                     until_fail_floor: float = 0.0, dspark: DSparkLoss = DSparkLoss()):
     """Curriculum loss and metrics (docs/algorithm.md §6, docs/training.md).
 
     ``vocab_ids``/``vocab_index`` (token → column or -1, [V]) restrict the softmax to a
@@ -194,14 +229,21 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
     ``batch["topk_ids"]``). ``until_fail``: each head's terms are weighted by
     ``until_fail_mask`` of that head's own greedy correctness (the base head by the DFlash
     chain, the corrected head by the Domino chain), so the loss stops after the first wrong
-    depth of each block; the normaliser stays ``Σ w_d`` over valid labels."""
+    depth of each block; the normaliser stays ``Σ w_d`` over valid labels. A DSpark drafter's
+    corrected term is ``dspark``'s mix (module docstring; ``soft``, ``soft_topk`` and
+    ``until_fail`` are refused with it); metrics add ``conf_mae``, the confidence head's mean
+    absolute error against α."""
     if soft and soft_topk:
         raise ValueError("choose one kind of soft targets: soft (full distribution) or "
                          "soft_topk (stored top-k logits)")
     if dcfg.draft_vocab_size is not None:   # columns = the drafter's draft vocabulary
         vocab_ids = dparams["d2t"][...]
         vocab_index = draft_column_index(vocab_ids, tcfg.vocab_size)
-    base, corr, tgt = block_logits(dcfg, tcfg, dparams, tparams, batch, vocab_ids)
+    if dcfg.is_dspark and (soft or soft_topk or until_fail):
+        raise ValueError("a DSpark drafter trains with its own loss mix (DSparkLoss): drop "
+                         "soft, soft_topk and until_fail")
+    blocks = block_logits(dcfg, tcfg, dparams, tparams, batch, vocab_ids)
+    base, corr, tgt = blocks.base, blocks.corr, blocks.targets
     valid = tgt >= 0          # a label exists (a label outside the columns counts as missed)
     if vocab_ids is not None:
         tgt = jnp.where(valid, vocab_index[jnp.maximum(tgt, 0)], -1)
@@ -221,6 +263,10 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
         mix = soft_topk * has.astype(jnp.float32)
         hb = (1.0 - mix) * ce_b + soft_topk * _topk_kl(base, cols, p_k, has)
         hc = (1.0 - mix) * ce_c + soft_topk * _topk_kl(corr, cols, p_k, has)
+    extra = {}
+    if dcfg.is_dspark:
+        hc, extra = _dspark_terms(dcfg, tcfg, dparams, tparams, batch, blocks, ce_c, vocab_ids,
+                                  dspark)
     acc_b = (jnp.argmax(base, -1) == tgt) & valid
     acc_c = (jnp.argmax(corr, -1) == tgt) & valid
     if until_fail:
@@ -244,4 +290,22 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
         / jnp.maximum(jnp.sum(full), 1),
         "num_labels": jnp.sum(vf),
     }
+    for name, per_AJ in extra.items():   # means over the labels inside the columns
+        metrics[name] = jnp.sum(inside * per_AJ) / jnp.maximum(jnp.sum(inside), 1.0)
     return loss, metrics
+
+
+def _dspark_terms(dcfg, tcfg, dparams, tparams, batch, blocks: Blocks, ce_AJ, vocab_ids,
+                  weights: DSparkLoss):
+    """``(per-depth loss [A, J], {metric: [A, J]})`` of a DSpark drafter's corrected head."""
+    p_t = jax.nn.softmax(target_soft_logits(tcfg, tparams, batch, vocab_ids), axis=-1)
+    l1_AJ = jnp.sum(jnp.abs(jax.nn.softmax(blocks.corr, axis=-1) - p_t), axis=-1)
+    alpha_AJ = jax.lax.stop_gradient(jnp.clip(1.0 - 0.5 * l1_AJ, 0.0, 1.0))
+    per_AJ = weights.ce * ce_AJ + weights.l1 * l1_AJ
+    extra = {"l1": l1_AJ, "alpha": alpha_AJ}
+    if dcfg.confidence_head:
+        conf_AJ = bind_drafter(dcfg, dparams).confidence(blocks.z, blocks.prev)
+        bce_AJ = jax.nn.softplus(conf_AJ) - alpha_AJ * conf_AJ   # BCE with logits, soft label
+        per_AJ = per_AJ + weights.confidence * bce_AJ
+        extra["conf_mae"] = jnp.abs(jax.nn.sigmoid(conf_AJ) - alpha_AJ)
+    return per_AJ, extra

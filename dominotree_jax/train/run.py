@@ -62,6 +62,8 @@ class RunSettings:
     train_vocab: int = 0                   # N > 0: the loss over the data's tokens + the first N
     warm_start: str | None = None          # a released-format drafter to start from, 'shipped'
     grow_layers: int | None = None         # with warm_start: grow it to this many layers
+    markov_rank: int = 0                   # r > 0: a DSpark drafter (Markov + confidence heads;
+    #                                        with warm_start: the heads replace its Domino head)
 
     def __post_init__(self):
         from dominotree_jax.precision import precision_name
@@ -73,6 +75,8 @@ class RunSettings:
             raise ValueError("--layer-init target starts a new drafter; drop --warm-start")
         if self.grow_layers and not self.warm_start:
             raise ValueError("--grow-layers needs --warm-start (a new drafter takes --layers)")
+        if self.markov_rank < 0:
+            raise ValueError(f"--markov-rank must be >= 0, got {self.markov_rank}")
         if self.draft_vocab and (self.warm_start or self.train_vocab):
             raise ValueError("--draft-vocab starts a new drafter over its own columns: drop "
                              "--warm-start and --train-vocab")
@@ -139,7 +143,8 @@ class RunSettings:
         return DrafterConfig.for_target(
             target_cfg, layers=self.layers, intermediate=self.intermediate, taps=self.taps,
             block_size=self.block_size, mask_token_id=self.mask_token_id, gru=self.gru,
-            emb=self.emb, draft_vocab_size=self.draft_vocab or None)
+            emb=self.emb, draft_vocab_size=self.draft_vocab or None,
+            markov_rank=self.markov_rank)
 
     def initial_drafter(self, target_cfg):
         """``(DrafterConfig, {name: float32 array})`` of the warm-start drafter (grown to
@@ -154,6 +159,9 @@ class RunSettings:
         if self.grow_layers:
             from dominotree_jax.train.grow import grow_layers
             cfg, flat = grow_layers(cfg, flat, self.grow_layers)
+        if self.markov_rank and cfg.markov_rank != self.markov_rank:
+            from dominotree_jax.train.grow import with_dspark_heads
+            cfg, flat = with_dspark_heads(cfg, flat, self.markov_rank, self.train.seed)
         return cfg, flat
 
     def dataset(self, target, features):
@@ -382,6 +390,18 @@ def parse_args(argv=None):
     p.add_argument("--warm-start", default=d.warm_start, help="released-format drafter "
                    "directory to start from ('shipped' = the packaged one); its config "
                    "replaces the drafter flags above")
+    p.add_argument("--markov-rank", type=int, default=d.markov_rank, metavar="R",
+                   help="a DSpark drafter: a rank-R Markov head and a confidence head (with "
+                   "--warm-start they replace its Domino head; docs/training.md)")
+    p.add_argument("--dspark-ce", type=float, default=t.dspark_ce,
+                   help="DSpark loss: weight of the labels' cross-entropy")
+    p.add_argument("--dspark-l1", type=float, default=t.dspark_l1,
+                   help="DSpark loss: weight of the L1 distance to the target's distribution")
+    p.add_argument("--dspark-confidence", type=float, default=t.dspark_confidence,
+                   help="DSpark loss: weight of the confidence head's cross-entropy")
+    p.add_argument("--backbone-lr", type=float, default=t.backbone_lr,
+                   help="the backbone's learning rate as a fraction of --lr (0: frozen; the "
+                   "heads train at --lr)")
     p.add_argument("--grow-layers", type=int, default=d.grow_layers,
                    help="with --warm-start: grow the drafter to this many layers (added layers "
                    "copy the last one with zeroed output projections: same outputs at step 0)")

@@ -26,7 +26,7 @@ from dominotree_jax.config import DrafterConfig, TargetConfig
 from dominotree_jax.model.drafter import init_drafter_params
 from dominotree_jax.precision import Precision, cast_params, precision_name
 from dominotree_jax.train.dataset import batch_stream, make_batch
-from dominotree_jax.train.loss import curriculum_lambda, loss_and_metrics
+from dominotree_jax.train.loss import DSparkLoss, curriculum_lambda, loss_and_metrics
 
 CSV_FIELDS = ("step", "loss", "base_loss", "corr_loss", "base_acc0", "base_acc_mean",
               "corr_acc_mean", "tau_base", "tau_corr", "lam", "lr", "grad_norm", "tok_s",
@@ -75,6 +75,13 @@ class TrainConfig:
     until_fail: bool = False     # accept-until-fail weighting per head
     until_fail_floor: float = 0.0
     soft_topk: float = 0.0    # weight of KL to the stored, renormalised top-k target logits
+    # a DSpark drafter's loss terms (train/loss.py ``DSparkLoss``; DeepSpec's defaults)
+    dspark_ce: float = 0.1
+    dspark_l1: float = 0.9
+    dspark_confidence: float = 1.0
+    # the backbone's learning rate as a fraction of ``lr`` (0: frozen); the heads (Domino,
+    # Markov, confidence) keep ``lr``
+    backbone_lr: float = 1.0
     # the training forward's precision (a ``Precision`` or its name; docs/precision.md): the
     # float32 master weights and the frozen target are cast to it inside the step
     precision: Precision = Precision()
@@ -85,6 +92,10 @@ class TrainConfig:
     def __post_init__(self):   # one model's precision, refused by name otherwise
         object.__setattr__(self, "precision",
                            Precision(precision_name(self.precision, "training precision")))
+
+    @property
+    def dspark_loss(self) -> DSparkLoss:
+        return DSparkLoss(self.dspark_ce, self.dspark_l1, self.dspark_confidence)
 
     def to_json(self) -> dict:
         """The fields as JSON values (the precision as its name)."""
@@ -114,22 +125,47 @@ def check_train_config(tc: TrainConfig) -> None:
         raise ValueError(f"layer_init must be one of {LAYER_INITS}, got {tc.layer_init!r}")
     if tc.anchor_mode not in ANCHOR_MODES:
         raise ValueError(f"anchor_mode must be one of {ANCHOR_MODES}, got {tc.anchor_mode!r}")
-    for name in ("lam_hold", "lam_ramp", "lam_end", "until_fail_floor", "soft", "soft_topk"):
+    for name in ("lam_hold", "lam_ramp", "lam_end", "until_fail_floor", "soft", "soft_topk",
+                 "backbone_lr"):
         v = getattr(tc, name)
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"{name} must lie in [0, 1], got {v}")
     if tc.soft and tc.soft_topk:
         raise ValueError("choose one kind of soft targets: soft or soft_topk")
+    for name in ("dspark_ce", "dspark_l1", "dspark_confidence"):
+        if getattr(tc, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(tc, name)}")
     if tc.anchors < 1:
         raise ValueError(f"anchors must be >= 1, got {tc.anchors}")
 
 
+HEAD_PREFIXES = ("prefix_gru.", "embed_proj.", "markov_head.", "confidence_head.")
+
+
+def is_head(name: str) -> bool:
+    """A parameter of a head (Domino, Markov, confidence), not of the backbone."""
+    return name.startswith(HEAD_PREFIXES)
+
+
 def make_optimizer(tc: TrainConfig):
+    """``(optimizer, schedule)`` over a flat ``{name: array}``: AdamW on the warmup-cosine
+    schedule after global-norm clipping; with ``backbone_lr < 1`` the backbone's updates are
+    scaled by it (0: frozen, its moments never kept)."""
     sched = optax.warmup_cosine_decay_schedule(
         0.0, tc.lr, warmup_steps=max(1, min(tc.warmup, tc.steps - 1)),
         decay_steps=max(tc.steps, 2), end_value=tc.lr * tc.min_lr_frac)
+    adamw = optax.adamw(sched, b1=0.9, b2=0.95, weight_decay=tc.weight_decay)
+    if tc.backbone_lr == 1.0:
+        return optax.chain(optax.clip_by_global_norm(tc.clip), adamw), sched
+    backbone = (optax.set_to_zero() if tc.backbone_lr == 0.0 else
+                optax.chain(optax.adamw(sched, b1=0.9, b2=0.95, weight_decay=tc.weight_decay),
+                            optax.scale(tc.backbone_lr)))
+
+    def labels(flat):
+        return {n: "head" if is_head(n) else "backbone" for n in flat}
     return optax.chain(optax.clip_by_global_norm(tc.clip),
-                       optax.adamw(sched, b1=0.9, b2=0.95, weight_decay=tc.weight_decay)), sched
+                       optax.multi_transform({"head": adamw, "backbone": backbone},
+                                             labels)), sched
 
 
 def init_params(dcfg: DrafterConfig, seed: int, tparams=None) -> dict:
@@ -141,6 +177,18 @@ def init_params(dcfg: DrafterConfig, seed: int, tparams=None) -> dict:
         flat["norm.weight"] = jnp.array(tparams["norm"]["weight"][...], jnp.float32, copy=True)
     if dcfg.is_domino:
         flat["embed_proj.2.weight"] = jnp.zeros_like(flat["embed_proj.2.weight"])
+    return start_heads_neutral(dcfg, flat)
+
+
+def start_heads_neutral(dcfg: DrafterConfig, flat: dict) -> dict:
+    """A new DSpark drafter's heads as training starts them: the Markov correction's output
+    ``W2`` at zero (the corrected logits equal the base ones) and the confidence head at zero
+    (it predicts 1/2 everywhere)."""
+    flat = dict(flat)
+    for name in ("markov_head.markov_w2.weight", "confidence_head.proj.weight",
+                 "confidence_head.proj.bias"):
+        if name in flat:
+            flat[name] = jnp.zeros_like(flat[name])
     return flat
 
 
@@ -182,7 +230,7 @@ def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_ind
                                 lam,
                                 tc.gamma, vocab_ids, vocab_index, tc.soft,
                                 soft_topk=tc.soft_topk, until_fail=tc.until_fail,
-                                until_fail_floor=tc.until_fail_floor)
+                                until_fail_floor=tc.until_fail_floor, dspark=tc.dspark_loss)
 
     (loss, m), grads = jax.value_and_grad(f, has_aux=True)(flat)
     updates, opt_state = opt.update(grads, opt_state, flat)

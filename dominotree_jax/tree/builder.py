@@ -50,7 +50,7 @@ import jax.numpy as jnp
 from dominotree_jax.domino_head import (DominoHeadWeights, expand_split, gather_rows,
                                         gru_advance, gru_root_state, split_projection)
 from dominotree_jax.fence import fenced
-from dominotree_jax.markov_head import markov_tree_parts
+from dominotree_jax.markov_head import MarkovHeadWeights, markov_tree_parts
 from dominotree_jax.tree.topk import vocab_top_k
 from pallas_kernels.topm_expand import pad_operands, resolve_use_pallas
 
@@ -183,7 +183,7 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
         marg_ids_Jk, marg_lp_Jk = _static_corrected_children(
             marg_ids_Jk, marg_lp_Jk, expand, advance, root_state, prefix_len)
     if markov:
-        if head is None or len(head) != 2:
+        if not isinstance(head, MarkovHeadWeights):
             raise ValueError(f"{method} needs the Markov head's weights (MarkovHeadWeights)")
         expand, advance, root_state = markov_tree_parts(head, base_JV, root_token, k=k,
                                                         top_m=top_m, vocab_top_k=_top_k)
