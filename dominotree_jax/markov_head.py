@@ -4,7 +4,7 @@ them from here: the ``dspark`` chain (``markov_chain``), the ``dsparktree`` buil
 (``markov_tree_parts``) and the drafter (``Drafter.markov_weights``, ``Drafter.confidence``).
 
 Weights travel as one ``MarkovHeadWeights`` in DeepSpec's layouts: ``w1 [V, r]`` (a table of
-its own, indexed by the previous token's target id) and ``w2 [D, r]`` (the ``r -> D`` output
+its own, indexed by the previous token's target id) and ``w2 [|D|, r]`` (the ``r -> |D|`` output
 projection, stored ``[out, in]``, over the drafter's draft vocabulary ``D``: the whole
 vocabulary, or the columns ``draft_ids`` of a drafter with one; drafted tokens are draft ids,
 mapped to target ids before their ``w1`` row is read).
@@ -31,10 +31,10 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 class MarkovHeadWeights(NamedTuple):
-    """The Markov head's weights (a pytree): ``w1 [V, r]``, ``w2 [D, r]``."""
+    """The Markov head's weights (a pytree): ``w1 [V, r]``, ``w2 [|D|, r]`` (``r``: the rank)."""
     w1: jax.Array
     w2: jax.Array
-    # [D] int32: the target id of each draft-vocabulary column (None: D is the vocabulary)
+    # [|D|] int32: the target id of each draft-vocabulary column (None: the vocabulary)
     draft_ids: jax.Array | None = None
 
     def target_ids(self, draft_s: jax.Array) -> jax.Array:
@@ -91,18 +91,18 @@ def markov_tree_parts(w: MarkovHeadWeights, base_JV, root_token, *, k: int, top_
     base_JV = base_JV.astype(f32)
 
     if top_m == 0:
-        w2_VR = w.w2.astype(f32)
+        w2_Vr = w.w2.astype(f32)
 
         def expand(depth, e_r):
-            c_V = base_JV[depth] + matmul_t(e_r, w2_VR, _HIGHEST)
+            c_V = base_JV[depth] + matmul_t(e_r, w2_Vr, _HIGHEST)
             lp_k, idx_k = top_k(jax.nn.log_softmax(c_V), k)
             return idx_k.astype(jnp.int32), lp_k
     else:
         baseC_JM, C_JM = top_k(base_JV, top_m)                # candidates, once per round
-        w2C_JMR = gather_rows(w.w2, C_JM).astype(f32)
+        w2C_JMr = gather_rows(w.w2, C_JM).astype(f32)
 
         def expand(depth, e_r):
-            c_M = baseC_JM[depth] + matmul_t(e_r, w2C_JMR[depth], _HIGHEST)
+            c_M = baseC_JM[depth] + matmul_t(e_r, w2C_JMr[depth], _HIGHEST)
             lp_k, idx_k = fenced(*jax.lax.top_k(jax.nn.log_softmax(c_M), k))
             return C_JM[depth][idx_k].astype(jnp.int32), lp_k
 

@@ -155,7 +155,7 @@ class MarkovTable(nnx.Module):
 
 
 class MarkovHead(nnx.Module):
-    """DSpark's Markov head (``markov_head.markov_w1`` ``[V, r]`` / ``markov_w2`` ``[D, r]``:
+    """DSpark's Markov head (``markov_head.markov_w1`` ``[V, r]`` / ``markov_w2`` ``[|D|, r]``:
     rows over the draft vocabulary; markov_head.py)."""
 
     def __init__(self, vocab: int, draft_vocab: int, rank: int, *, dtype, rngs: nnx.Rngs):

@@ -225,6 +225,8 @@ def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_ind
         fixed = {}
 
     def f(p):
+        if tc.backbone_lr == 0.0:   # a frozen backbone: no gradient computed through it
+            p = {k: v if is_head(k) else jax.lax.stop_gradient(v) for k, v in p.items()}
         p = cast_params(p, tc.precision)   # float32 master weights; gradients flow through it
         return loss_and_metrics(dcfg, tcfg, flat_to_state(dcfg, {**p, **fixed}), tparams, batch,
                                 lam,
