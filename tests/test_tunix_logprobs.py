@@ -202,3 +202,56 @@ def test_real_smollm2_pair_multiturn_chat(smollm2_path):
     dropped = np.asarray(common.compute_per_token_logps(
         graphdef, state, prompt, comp, pad_id=pad, eos_id=pad, temperature=0.7))
     assert np.abs(np.where(mask, dropped - theirs, 0)).max() > 1e-2
+
+
+@pytest.mark.parametrize("prompt_pads", ["keep", "drop"])
+def test_trainer_logprobs_are_the_trainers_bits(pair, prompt_pads):
+    """``trainer_logprobs=True``: generate's log-probs and get_per_token_logps equal tunix's
+    compute_per_token_logps on the learner's arrays bit for bit (the default agrees to ~1e-5
+    only, and differs in bits here); a narrowed rollout precision is refused."""
+    rc = rollout_config(**CONFIGS["T0.7-p0.9-k20"])
+    eng = engine(pair, prompt_pads, rc, trainer_logprobs=True)
+    out = eng.generate(PROMPTS, rc)
+    prompt, completion = trainer_inputs(out)
+    theirs = trainer_logps(actor(pair, prompt_pads), prompt, completion, rc.temperature)
+    for b, lp in enumerate(out.logprobs):
+        np.testing.assert_array_equal(lp, theirs[b, :len(lp)])
+    np.testing.assert_array_equal(np.asarray(eng.get_per_token_logps(prompt, completion)),
+                                  theirs)
+    plain = engine(pair, prompt_pads, rc).generate(PROMPTS, rc)
+    for a, b in zip(plain.tokens, out.tokens):   # the same samples either way
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, b) for a, b in zip(plain.logprobs, out.logprobs))
+    with pytest.raises(ValueError, match="trainer_logprobs computes the trainer's bits"):
+        engine(pair, prompt_pads, rc, trainer_logprobs=True, precision="bfloat16")
+
+
+@pytest.mark.slow
+def test_real_smollm2_pair_trainer_logprobs_bit_for_bit(smollm2_path):
+    """SmolLM2-135M + its released drafter, a GRPO-shaped batch (2 prompts x 2 samples, T 0.9):
+    with ``trainer_logprobs=True`` the rollout's log-probs are tunix's trainer's, bit for bit."""
+    import dominotree_jax as dj
+    from dominotree_jax.assets import smollm2_drafter_path
+    p = dj.load_pair(smollm2_path, smollm2_drafter_path())
+    tok = p.target.tokenizer
+    pad = tok.convert_tokens_to_ids("<|im_end|>")
+    texts = [tok.apply_chat_template([{"role": "user", "content": q}],
+                                     add_generation_prompt=True, tokenize=False)
+             for q in ("What is 12 times 7?", "Name two rivers in Europe.") for _ in range(2)]
+    model = TunixCausalLM.from_params(p.target.config, p.target.params, pad)
+    rc = RolloutConfig(max_tokens_to_generate=16, max_prompt_length=64, temperature=0.9,
+                       seed=5, return_logprobs=True)
+    eng = DominoTreeRollout(rollout_actor=model, tokenizer=tok, rollout_config=rc,
+                            drafter_config=p.drafter_config, drafter_params=p.drafter_params,
+                            budget=8, node_topk=4, trainer_logprobs=True)
+    out = eng.generate(texts, rc)
+    prompt = np.asarray(out.left_padded_prompt_tokens)
+    comp = np.full((len(texts), 16), pad, np.int32)
+    for b, t in enumerate(out.tokens):
+        comp[b, :len(t)] = t
+    graphdef, state = nnx.split(model)
+    theirs = np.asarray(common.compute_per_token_logps(
+        graphdef, state, prompt, comp, pad_id=pad, eos_id=int(eng.eos_id()), temperature=0.9))
+    assert sum(len(t) for t in out.tokens) > 20
+    for b, lp in enumerate(out.logprobs):
+        np.testing.assert_array_equal(lp, theirs[b, :len(lp)])

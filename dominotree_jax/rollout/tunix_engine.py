@@ -72,6 +72,7 @@ and ``engine_batches`` (tunix prompts into padded batches, decoded rows into ``R
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable, Sequence
 
@@ -95,6 +96,7 @@ from dominotree_jax.rollout.engine_programs import (RolloutPrograms, decode_conf
 from dominotree_jax.rollout.engine_tokenizer import RolloutTokenizer
 from dominotree_jax.rollout.placement import BatchPlacement
 from dominotree_jax.rollout.prompt_history import PromptHistory
+from dominotree_jax.rollout.trainer_logprobs import padded_completions, trainer_per_token_logps
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
 from dominotree_jax.rollout.tunix_types import BaseRollout, RolloutConfig, RolloutOutput
 
@@ -108,7 +110,7 @@ class DominoTreeRollout(BaseRollout):
                  return_features: bool = False, prompt_pads: str | None = None,
                  drafter_refresh: bool | dict | None = None, share_prefill: bool = True,
                  plain_calls: bool = True, clock: Callable[[], float] | None = None,
-                 drafter_guard: bool = True,
+                 drafter_guard: bool = True, trainer_logprobs: bool = False,
                  compiler_options: dict | None = None,
                  **decode_options):
         """``rollout_actor``: the target (see ``engine_params.target_of``). ``tokenizer``: HF or
@@ -145,6 +147,11 @@ class DominoTreeRollout(BaseRollout):
         The reported seconds (``last.seconds``, ``refresh_log``) are read from it too
         (``time.perf_counter`` without one).
         ``drafter_guard``: the stale-drafter guard (module docstring; ``drafter_guard``).
+        ``trainer_logprobs``: ``generate``'s log-probs and ``get_per_token_logps`` computed by
+        tunix's own ``compute_per_token_logps`` on the learner's arrays, bit for bit the
+        trainer's on the same batch (``rollout/trainer_logprobs.py``; one teacher-forced
+        forward per call; not with a rollout precision other than the parameters' own, nor
+        on a multi-process mesh).
         ``compiler_options``: passed to ``jax.jit`` (e.g. a lower XLA optimisation level).
         Other keywords: ``DecodeConfig`` fields (``auto_sizes``, ``auto_costs``,
         ``draft_window``, ...). ``precision`` (one of them): the ``Precision`` the target and
@@ -164,6 +171,11 @@ class DominoTreeRollout(BaseRollout):
         self.precision = (Precision.of_params(params, drafter_params) if precision is None
                           else Precision.of(precision))
         held, held_drafter = self.precision.narrowed(params, drafter_params)
+        self.trainer_logprobs = bool(trainer_logprobs)
+        if self.trainer_logprobs and held is not params:
+            raise ValueError("trainer_logprobs computes the trainer's bits from the parameters "
+                             f"the engine holds; this engine rolls out a {self.precision} "
+                             "copy of them: give it the trainer's precision")
         self.precision.check_params(held, held_drafter, what="rollout's precision")
         self._params = {"target": without_explicit_axes(held),
                         "drafter": without_explicit_axes(held_drafter)}
@@ -279,10 +291,20 @@ class DominoTreeRollout(BaseRollout):
                 self.refresh_schedule.earn(self.last.seconds, self.auto_probe.gain(config, rows))
             if self.refresh_schedule.due():
                 self._refresh()
-        return rollout_output(  # this process's rows
+        result = rollout_output(  # this process's rows
             place.local(out.tokens), place.local(out.num_tokens),
             place.local(out.logprobs) if rc.return_logprobs else None, stop, row_stops_Be,
             batch.left_BT, self._tok)
+        if rc.return_logprobs and self.trainer_logprobs:
+            if place.multi_process:
+                raise ValueError("trainer_logprobs runs on one process")
+            lp_BY = np.asarray(self.get_per_token_logps(
+                result.left_padded_prompt_tokens,
+                padded_completions(result.tokens, rc.max_tokens_to_generate, self.pad_id()),
+                float(rc.temperature)))
+            result = dataclasses.replace(
+                result, logprobs=[lp_BY[b, :len(t)] for b, t in enumerate(result.tokens)])
+        return result
 
     def get_per_token_logps(self, prompt_tokens, completion_tokens,
                             temperature: float | None = None) -> jax.Array:
@@ -295,6 +317,10 @@ class DominoTreeRollout(BaseRollout):
             temperature = self._logp_temperature
         if temperature is None:
             temperature = self._last_temperature
+        if self.trainer_logprobs:
+            return trainer_per_token_logps(self.tcfg, self._params["target"], self._model_pad,
+                                           prompt_tokens, completion_tokens, self.pad_id(),
+                                           self.eos_id(), float(temperature))
         return self.programs.per_token_logps(self._params["target"], prompt_tokens,
                                              completion_tokens, int(self.pad_id()),
                                              float(temperature))
