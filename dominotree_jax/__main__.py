@@ -42,13 +42,14 @@ def main(argv=None):
     ap.add_argument("--prompt", default=DEFAULT_PROMPT)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--method", default="dominotree",
-                    choices=["dominotree", "condstatic", "ddtree", "domino", "dflash"])
+                    choices=["dominotree", "condstatic", "ddtree", "domino", "dflash",
+                             "dsparktree", "dspark"])
     ap.add_argument("--budget", default="auto",
                     help="draft nodes per round: 'auto' (chosen per round by cost) or a number")
     ap.add_argument("--lookup", type=int, default=4, metavar="K",
                     help="lookup paths copied from the prompt and the text so far (0: off)")
     ap.add_argument("--model", default=None, help="target .gguf / HF dir / orbax dir")
-    ap.add_argument("--drafter", default=None, help="DFlash/Domino drafter directory")
+    ap.add_argument("--drafter", default=None, help="DFlash/Domino/DSpark drafter directory")
     add_precision_argument(ap, help="the weights' precision (target+drafter, or one for both)")
     args = ap.parse_args(argv)
     if args.budget != "auto":

@@ -232,3 +232,31 @@ def test_release_with_another_targets_tables_is_refused(release, tmp_path):
         json.dump(cfg, f)
     with pytest.raises(ConfigError, match="needs markov_rank > 0"):
         dj.load_pair(target, bad)
+
+
+def test_confidence_share_sets_the_chain_scores():
+    """A ``dspark`` chain's node scores: share 1 the confidence head's cumulative log-survival,
+    0 the chain's path log-probs, between them the log of the blend; refused without a head."""
+    from dominotree_jax.decoding.draft import chain_draft
+    tcfg, dcfg, params = tiny_pair(dspark=True)
+    drafter = bind_drafter(dcfg, params["drafter"])
+    rng = np.random.default_rng(3)
+    J, H, V = dcfg.num_draft_positions, dcfg.hidden_size, dcfg.vocab_size
+    z = jnp.asarray(rng.normal(size=(2, J, H)), jnp.float32)
+    base = jnp.asarray(rng.normal(size=(2, J, V)) * 3, jnp.float32)
+    t0 = jnp.asarray([2, 9], jnp.int32)
+    toks, lps = markov_chain(drafter.markov_weights(), base, t0)
+    prev = jnp.concatenate([t0[:, None], toks[:, :-1]], axis=1)
+    surv = np.cumprod(np.asarray(jax.nn.sigmoid(drafter.confidence(z, prev)), np.float64), 1)
+    path = np.exp(np.cumsum(np.asarray(lps, np.float64), 1))
+    for share, want in ((1.0, surv), (0.0, path), (0.3, 0.3 * surv + 0.7 * path)):
+        cfg = DecodeConfig(target=tcfg, drafter=dcfg, method="dspark", confidence_share=share)
+        draft = chain_draft(cfg, None, drafter, z, base, t0)
+        np.testing.assert_array_equal(draft.tokens_BN, toks)
+        np.testing.assert_allclose(np.exp(np.asarray(draft.scores_BN, np.float64)), want,
+                                   rtol=1e-5, atol=1e-7)
+    assert DecodeConfig(target=tcfg, drafter=dcfg, method="dspark").confidence_weight == 1.0
+    with pytest.raises(ValueError, match="needs method 'dspark'"):
+        DecodeConfig(target=tcfg, drafter=dcfg, method="dsparktree", confidence_share=0.5)
+    with pytest.raises(ValueError, match=r"lie in \[0, 1\]"):
+        DecodeConfig(target=tcfg, drafter=dcfg, method="dspark", confidence_share=1.5)

@@ -64,6 +64,7 @@ import jax
 import jax.numpy as jnp
 
 from dominotree_jax.decoding.costs import table_for_batch
+from dominotree_jax.tree.builder import TREE_METHODS
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Float, Int
@@ -92,7 +93,7 @@ PROBE_SHARE = 0.04     # base probe gap >= draft cost / this: a useless drafter'
 def default_sizes(method: str, num_draft_positions: int | None) -> tuple[int, ...]:
     """Trees and lookup paths: ``0, 2, 4, 8, 16`` nodes; chains: ``0, 2, 4, 8, ...`` capped
     at (and ending with) the drafter's ``J`` positions."""
-    if method in ("ddtree", "condstatic", "dominotree", "lookup"):
+    if method in TREE_METHODS + ("lookup",):
         return (0, 2, 4, 8, 16)
     J = num_draft_positions
     sizes, n = [0], 2
@@ -108,7 +109,7 @@ def check_sizes(sizes, method: str, num_draft_positions: int | None) -> tuple[in
             or list(sizes) != sorted(set(sizes))):
         raise ValueError(f"auto_sizes must be ascending distinct ints starting at 0 with at least "
                          f"one positive size, got {sizes}")
-    if method in ("dflash", "domino") and sizes[-1] > num_draft_positions:
+    if method not in TREE_METHODS + ("lookup",) and sizes[-1] > num_draft_positions:
         raise ValueError(f"auto_sizes {sizes}: a {method} chain has only {num_draft_positions} "
                          "draft positions")
     return sizes

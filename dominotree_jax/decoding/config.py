@@ -18,6 +18,9 @@ CHAIN_METHODS = ("dflash", "domino", "dspark")
 # the methods that read a head besides the backbone: the Domino head's, DSpark's Markov head's
 DOMINO_METHODS = ("domino",) + CORRECTED_TREE_METHODS
 DSPARK_METHODS = ("dspark",) + MARKOV_TREE_METHODS
+# a dspark chain's node scores: this share of the confidence head's survival, the rest path
+# probability (DecodeConfig.confidence_share's default with a confidence head)
+CONFIDENCE_SHARE = 1.0
 # "lookup": no drafter, the draft is copied from the prompt and the text so far (lookup.py)
 METHODS = ("ar",) + CHAIN_METHODS + TREE_METHODS + ("lookup",)
 DRAFTER_METHODS = CHAIN_METHODS + TREE_METHODS
@@ -103,6 +106,11 @@ class DecodeConfig:
     # "float32+bfloat16"): ``decode`` refuses parameters held in another, naming both. None:
     # whatever they are held in (read from their dtypes; ``Pair.config`` sets the pair's)
     precision: Precision | None = None
+    # a ``dspark`` chain's node scores (what budget="auto" sizes by, what lookup paths compete
+    # with): this share of the confidence head's survival (the product of its sigmoids down the
+    # chain), the rest the chain's own path probability. None: ``CONFIDENCE_SHARE`` when the
+    # drafter has a confidence head, else 0 (``confidence_weight``)
+    confidence_share: float | None = None
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -138,6 +146,7 @@ class DecodeConfig:
         missing = missing_head(self.method, self.drafter)
         if missing:
             raise ValueError(missing)
+        self._check_confidence()
         bad = [s for s in self.stop_ids if not 0 <= s < self.target.vocab_size]
         if bad:
             raise ValueError(f"stop ids outside the vocabulary: {bad}")
@@ -243,6 +252,25 @@ class DecodeConfig:
         if all(getattr(self, k) == v for k, v in plain.items()):
             return self
         return dataclasses.replace(self, **plain)
+
+    def _check_confidence(self):
+        share = self.confidence_share
+        if share is None:
+            return
+        if not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+            raise ValueError(f"confidence_share must lie in [0, 1], got {share!r}")
+        if share > 0 and (self.method != "dspark" or not self.drafter.confidence_head):
+            raise ValueError("confidence_share > 0 needs method 'dspark' and a drafter with a "
+                             "confidence head")
+
+    @property
+    def confidence_weight(self) -> float:
+        """The share of the confidence head's survival in a ``dspark`` chain's scores."""
+        if self.confidence_share is not None:
+            return float(self.confidence_share)
+        has_head = (self.method == "dspark" and self.drafter is not None
+                    and self.drafter.confidence_head)
+        return CONFIDENCE_SHARE if has_head else 0.0
 
     def replace(self, **kw) -> "DecodeConfig":
         return dataclasses.replace(self, **kw)

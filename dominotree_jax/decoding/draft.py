@@ -98,7 +98,13 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
     if config.method == "dflash":
         tokens_BJ, logprobs_BJ = dflash_chain(base_BJV)
     elif config.method == "dspark":
-        tokens_BJ, logprobs_BJ = markov_chain(drafter.markov_weights(), base_BJV, t0_B)
+        markov = drafter.markov_weights()
+        tokens_BJ, logprobs_BJ = markov_chain(markov, base_BJV, t0_B)
+        if config.confidence_weight:   # node scores from the confidence head's survival
+            prev_BJ = jnp.concatenate([t0_B[:, None].astype(jnp.int32),
+                                       markov.target_ids(tokens_BJ[:, :-1])], axis=1)
+            logprobs_BJ = blended_logprobs(logprobs_BJ, drafter.confidence(z_BJH, prev_BJ),
+                                           config.confidence_weight)
     else:
         tokens_BJ, logprobs_BJ = domino_chain(drafter.head_weights(target), z_BJH, base_BJV,
                                               t0_B, config.drafter.pure_draft_prefix_len)
@@ -106,6 +112,20 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
     if not config.lookup_paths:
         return draft_from_tree(chain_tree(tokens_BJ, logprobs_BJ))
     return draft_from_tree(lookup.merge_into_chain(tokens_BJ, logprobs_BJ, paths))
+
+
+def blended_logprobs(logprobs_BJ, confidence_BJ, share: float):
+    """Per-node log-scores of a chain whose cumulative score is ``log(share · S_d + (1 − share)
+    · Q_d)``: ``S_d`` the confidence head's survival to depth ``d`` (the product of its sigmoids),
+    ``Q_d`` the chain's path probability (``exp`` of the cumulative ``logprobs``); both fall
+    with depth, so the scores do."""
+    log_s_BJ = jnp.cumsum(jax.nn.log_sigmoid(confidence_BJ.astype(jnp.float32)), axis=1)
+    log_q_BJ = jnp.cumsum(logprobs_BJ.astype(jnp.float32), axis=1)
+    if share >= 1.0:
+        cum_BJ = log_s_BJ
+    else:
+        cum_BJ = jnp.logaddexp(jnp.log(share) + log_s_BJ, jnp.log1p(-share) + log_q_BJ)
+    return jnp.diff(cum_BJ, axis=1, prepend=0.0)
 
 
 def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,

@@ -29,7 +29,11 @@ from dominotree_jax.precision import cast_params, params_precision, precision_na
 WIDTHS = (128, 256, 384, 512, 768, 1024, 2048)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "taps"))
+# XLA's constant folding evaluates the empty cache's reductions in its interpreter at compile
+# time (17-47 s per instruction for SmolLM2 at batch 8, every width of WIDTHS; Intel Xeon,
+# 2026-12-07); without the pass they run with the program, in microseconds
+@functools.partial(jax.jit, static_argnames=("cfg", "taps"),
+                   compiler_options={"xla_disable_hlo_passes": "constant_folding"})
 def teacher_forced(tparams, tokens_BT, *, cfg: TargetConfig, taps: tuple[int, ...]):
     """``(taps [B, T, len(taps)·H], hidden [B, T, H])`` of a causal forward at positions
     ``0..T-1`` (right padding only affects the padded positions themselves)."""
