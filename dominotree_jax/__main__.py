@@ -43,7 +43,7 @@ def main(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--method", default="dominotree",
                     choices=["dominotree", "condstatic", "ddtree", "domino", "dflash",
-                             "dsparktree", "dspark"])
+                             "dsparktree", "dspark", "dflash2tree", "dflash2"])
     ap.add_argument("--budget", default="auto",
                     help="draft nodes per round: 'auto' (chosen per round by cost) or a number")
     ap.add_argument("--lookup", type=int, default=4, metavar="K",

@@ -291,8 +291,8 @@ def main(argv=None):
               + f" -> {precision}", file=sys.stderr)
     if precision != pair.precision:
         pair = cast_pair(pair, precision)
-    methods = usable_methods(("dflash", "domino", "dspark", "ddtree", "condstatic", "dominotree",
-                              "dsparktree"),
+    methods = usable_methods(("dflash", "domino", "dspark", "dflash2", "ddtree", "condstatic",
+                              "dominotree", "dsparktree", "dflash2tree"),
                              pair.drafter_config)
     print(f"calibrating {target_name} + {drafter_name} on {jax.default_backend()} "
           f"({jax.devices()[0]}); rows {rows}, methods {methods}", file=sys.stderr)

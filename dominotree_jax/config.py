@@ -63,7 +63,8 @@ HF_FIELDS = {
         "num_experts_per_tok", "moe_intermediate_size", "linear_conv_kernel_dim",
         "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
         "linear_value_head_dim", "num_target_layers", "block_size", "draft_vocab_size",
-        "markov_rank")},
+        "markov_rank", "conv_kernel_size", "conv_group_size", "selector_rank",
+        "selector_top_k")},
     **{name: COUNT for name in (
         "max_window_layers", "decoder_sparse_step", "shared_expert_intermediate_size",
         "mask_token_id", "gru_hidden_dim", "emb_dim", "pure_draft_prefix_len")},
@@ -520,14 +521,13 @@ def _freeze(v):
 PROJECTOR_TYPES = (None, "domino")
 # Older releases name the Domino projector by its experiment name.
 PROJECTOR_ALIASES = {"causal_v5": "domino"}
-DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "Qwen3DSparkModel")
+DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "Qwen3DSparkModel", "DFlash2DraftModel")
 # DSpark (DeepSpec's layout): the one Markov head this package runs
 MARKOV_HEAD_TYPES = ("vanilla",)
 # Known drafter architectures this package cannot run, with the reason.
-REFUSED_DRAFTER_ARCHITECTURES = {
-    "DFlash2DraftModel": "DFlash2 drafters use a different block layout that this package does "
-                         "not implement; use a DFlash (DFlashDraftModel) or Domino drafter",
-}
+REFUSED_DRAFTER_ARCHITECTURES: dict[str, str] = {}
+# DFlash2 options of other runtimes this package does not implement (refused by name)
+DFLASH2_UNSUPPORTED = ("input_embedding_scale", "output_multiplier", "final_logit_softcapping")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
@@ -577,6 +577,12 @@ class DrafterConfig(DecoderShape):
     markov_rank: int = 0
     confidence_head: bool = False
     confidence_with_markov: bool = True
+    # DFlash2 (docs/algorithm.md §3c): the in-block convolution's taps (0: none) and group
+    # width, the path selector's rank (0: none) and candidates per depth
+    conv_kernel: int = 0
+    conv_group: int = 16
+    selector_rank: int = 0
+    selector_top_k: int = 16
 
     # (mask id, block size, windows and draft vocabulary: ranges checked by drafter_problems
     # and _check_window, which name them against the target)
@@ -587,7 +593,9 @@ class DrafterConfig(DecoderShape):
               "shift_label": FLAG, "projector_type": TEXT, "gru_hidden_dim": COUNT,
               "emb_dim": COUNT, "pure_draft_prefix_len": COUNT,
               "draft_vocab_size": Field("int", least=-2**63), "layer_types": Field("strs"),
-              "markov_rank": COUNT, "confidence_head": FLAG, "confidence_with_markov": FLAG}
+              "markov_rank": COUNT, "confidence_head": FLAG, "confidence_with_markov": FLAG,
+              "conv_kernel": COUNT, "conv_group": POSITIVE, "selector_rank": COUNT,
+              "selector_top_k": POSITIVE}
     KIND = "drafter"
 
     def __post_init__(self):
@@ -667,6 +675,11 @@ class DrafterConfig(DecoderShape):
         return self.markov_rank > 0
 
     @property
+    def is_dflash2(self) -> bool:
+        """A DFlash2 drafter: a path selector (rank ``selector_rank``) over the DFlash block."""
+        return self.selector_rank > 0
+
+    @property
     def confidence_width(self) -> int:
         """The confidence head's input width: ``H`` (+ ``r`` with the Markov features)."""
         return self.hidden_size + (self.markov_rank if self.confidence_with_markov else 0)
@@ -729,12 +742,14 @@ class DrafterConfig(DecoderShape):
             types = ["sliding_attention" if i >= first else "full_attention"
                      for i in range(cfg["num_hidden_layers"])]
         dspark = "Qwen3DSparkModel" in archs
-        markov = {}
+        heads = {}   # the fields of a DSpark or DFlash2 drafter's heads
         if dspark:
-            markov = dspark_fields(cfg)
+            heads = dspark_fields(cfg)
+        if "DFlash2DraftModel" in archs:
+            heads = dflash2_fields(cfg, dflash)
         return cls(
             **hf_shape_fields(cfg),
-            **markov,
+            **heads,
             block_size=int(field("block_size")),
             mask_token_id=int(field("mask_token_id")),
             num_target_layers=cfg.get("num_target_layers"),
@@ -790,6 +805,10 @@ class DrafterConfig(DecoderShape):
                                         ("sliding_attention",) * self.num_hidden_layers))
         if self.num_target_layers is not None:
             out["num_target_layers"] = self.num_target_layers
+        if self.is_dflash2:
+            out["architectures"] = ["DFlash2DraftModel"]
+            dflash.update(conv_kernel_size=self.conv_kernel, conv_group_size=self.conv_group,
+                          selector_rank=self.selector_rank, selector_top_k=self.selector_top_k)
         if self.is_dspark:   # DeepSpec's layout: its fields at the top level
             del out["dflash_config"]
             out.update(architectures=["Qwen3DSparkModel"], mask_token_id=self.mask_token_id,
@@ -798,6 +817,24 @@ class DrafterConfig(DecoderShape):
                        enable_confidence_head=self.confidence_head,
                        confidence_head_with_markov=self.confidence_with_markov)
         return out
+
+
+def dflash2_fields(cfg: dict, dflash: dict) -> dict:
+    """A DFlash2 ``config.json``'s fields (``dflash_config`` first, then the top level), with
+    the defaults of the released drafters (two taps, groups of 16, rank 256, 16 candidates);
+    options of other runtimes this package does not implement are refused by name."""
+    bad = [k for k in DFLASH2_UNSUPPORTED if cfg.get(k) not in (None, 1, 1.0)]
+    if bad:
+        raise ConfigError(f"unsupported DFlash2 option(s) {bad}: this package runs DFlash2 "
+                          "drafters without them")
+
+    def field(name, default):
+        v = dflash.get(name, cfg.get(name))
+        return default if v is None else int(v)
+
+    return dict(conv_kernel=field("conv_kernel_size", 2), conv_group=field("conv_group_size", 16),
+                selector_rank=field("selector_rank", 256),
+                selector_top_k=field("selector_top_k", 16))
 
 
 def dspark_fields(cfg: dict) -> dict:
@@ -847,9 +884,19 @@ def drafter_problems(cfg: DrafterConfig, target_cfg: TargetConfig | None = None)
     if cfg.draft_vocab_size is not None and not 1 <= cfg.draft_vocab_size <= cfg.vocab_size:
         problems.append(f"draft_vocab_size={cfg.draft_vocab_size} is outside [1, vocab_size="
                         f"{cfg.vocab_size}]")
-    if cfg.is_dspark and cfg.is_domino:
-        problems.append("a drafter has one head: a Markov head (markov_rank) or a Domino "
-                        "projector, not both")
+    if sum((cfg.is_dspark, cfg.is_domino, cfg.is_dflash2)) > 1:
+        problems.append("a drafter has one head: a Markov head (markov_rank), a Domino "
+                        "projector or a path selector (selector_rank), not two")
+    if cfg.conv_kernel and cfg.hidden_size % cfg.conv_group:
+        problems.append(f"conv_group_size={cfg.conv_group} does not divide hidden_size="
+                        f"{cfg.hidden_size}")
+    if cfg.is_dflash2 and cfg.shift_label:
+        problems.append("a DFlash2 drafter's slot 0 is the anchor (shift_label=False)")
+    if cfg.is_dflash2 and cfg.draft_vocab_size is not None:
+        problems.append("a DFlash2 drafter with a draft vocabulary is not supported")
+    if cfg.is_dflash2 and cfg.selector_top_k > cfg.vocab_size:
+        problems.append(f"selector_top_k={cfg.selector_top_k} exceeds the vocabulary "
+                        f"({cfg.vocab_size})")
     if cfg.is_dspark and not cfg.shift_label:
         problems.append("a DSpark drafter's block slots predict from the anchor on "
                         "(shift_label=True)")

@@ -118,7 +118,8 @@ def dspark_speculators(cfg):
 
 def _variant(edit):
     def make(size):
-        base = {"domino": domino_config, "dspark": dspark_config}.get(
+        base = {"domino": domino_config, "dspark": dspark_config,
+                "dflash2": dflash2_config}.get(
             edit.__name__.split("_")[0], dflash_config)
         cfg = copy.deepcopy(base(size))
         edit(cfg)
@@ -159,8 +160,23 @@ def dflash_sliding_window(cfg):
                layer_types=["sliding_attention"] * (n - 1) + ["full_attention"])
 
 
-def dflash2_architecture(cfg):
+def dflash2_config(size: str) -> dict:
+    """A DFlash2 drafter ``config.json`` (NeMo Automodel's ``DFlash2DraftModel``): DFlash's
+    fields with the convolution's and selector's in ``dflash_config``."""
+    cfg = dflash_config(size)
     cfg["architectures"] = ["DFlash2DraftModel"]
+    cfg["is_causal"] = False
+    cfg["dflash_config"].update(conv_kernel_size=2, conv_group_size=16, selector_rank=s_rank(size),
+                                selector_top_k=16)
+    return cfg
+
+
+def s_rank(size: str) -> int:
+    return 8 if size == "tiny" else 256
+
+
+def dflash2_output_multiplier(cfg):
+    cfg["output_multiplier"] = 0.5
 
 
 def domino_unknown_projector(cfg):
@@ -182,9 +198,10 @@ DRAFTER_VARIANTS = {
     "dflash_sliding_window": (_variant(dflash_sliding_window), None),
     # DeepSpec's release also stores copies of the target's embed_tokens and lm_head
     "dspark_qwen3": (dspark_config, None),
+    "dflash2": (dflash2_config, None),
 }
 REFUSED_VARIANTS = {
-    "dflash2_architecture": (_variant(dflash2_architecture), "'DFlash2DraftModel'"),
+    "dflash2_output_multiplier": (_variant(dflash2_output_multiplier), "'output_multiplier'"),
     "domino_unknown_projector": (_variant(domino_unknown_projector), "'mlp_v9'"),
     "dspark_gated_markov": (_variant(dspark_gated_markov), "markov_head_type 'gated'"),
     "dspark_speculators": (_variant(dspark_speculators), "speculators-format"),

@@ -33,9 +33,11 @@ GPT_OSS = dict(layer_types=("sliding_attention", "full_attention"), sliding_wind
 
 
 def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, layers=2,
-              hybrid=False, moe=False, gpt_oss=False, dspark=False):
+              hybrid=False, moe=False, gpt_oss=False, dspark=False, dflash2=False):
     """``dspark``: the drafter is a DSpark one (a rank-8 Markov head and a confidence head with
     Markov features; no Domino head) with larger Markov weights, so the correction matters;
+    ``dflash2``: a DFlash2 one (two-tap convolutions in groups of 8, a rank-8 selector over 6
+    candidates) whose convolution and selector weights are large enough to change the draft;
     ``hybrid``: the target is a 3-layer ``HYBRID`` (linear, full, linear attention);
     ``moe``: its layers but the second are mixtures of 6 experts (top 2, a shared expert);
     ``gpt_oss``: a 2-layer ``GPT_OSS``."""
@@ -52,18 +54,38 @@ def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, lay
                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
                          head_dim=8, block_size=block_size, mask_token_id=vocab - 1,
                          num_target_layers=layers, target_layer_ids=(0, layers - 1),
-                         shift_label=shift_label or dspark,
-                         projector_type="domino" if domino and not dspark else None,
-                         gru_hidden_dim=16 if domino and not dspark else 0,
-                         emb_dim=8 if domino and not dspark else 0,
-                         markov_rank=8 if dspark else 0, confidence_head=dspark)
+                         shift_label=(shift_label or dspark) and not dflash2,
+                         projector_type="domino" if domino and not (dspark or dflash2) else None,
+                         gru_hidden_dim=16 if domino and not (dspark or dflash2) else 0,
+                         emb_dim=8 if domino and not (dspark or dflash2) else 0,
+                         markov_rank=8 if dspark else 0, confidence_head=dspark,
+                         conv_kernel=2 if dflash2 else 0, conv_group=8,
+                         selector_rank=8 if dflash2 else 0, selector_top_k=min(6, vocab))
     tp = init_target_params(tcfg, seed)
     # larger weights than the default init so the target's distribution is far from uniform
     tp = jax.tree.map(lambda x: x * 6.0 if x.ndim == 2 else x, tp)
     dp = init_drafter_params(dcfg, seed + 1)
     if dspark:
         dp["markov_head"] = jax.tree.map(lambda x: x * 40.0, dp["markov_head"])
+    if dflash2:
+        keys = iter(jax.random.split(jax.random.key(seed + 7), 8))
+        sel = dp["candidate_selector"]
+        sel["successor_codebook"] = nnx_like(sel["successor_codebook"], 2.0, next(keys))
+        sel["predecessor_codebook"] = nnx_like(sel["predecessor_codebook"], 1.0, next(keys))
+        sel["hidden_projection"]["weight"] = nnx_like(sel["hidden_projection"]["weight"], 0.5,
+                                                      next(keys))
+        for layer in dp["layers"].values():
+            for conv in (layer["attention_conv"], layer["mlp_conv"]):
+                conv["kernel_projection"]["weight"] = nnx_like(
+                    conv["kernel_projection"]["weight"], 0.3, next(keys))
+                conv["base_kernel"] = nnx_like(conv["base_kernel"], 0.3, next(keys), 1.0)
     return tcfg, dcfg, {"target": tp, "drafter": dp}
+
+
+def nnx_like(param, scale: float, key, mean: float = 0.0):
+    """``param`` (an ``nnx`` variable) holding ``mean + scale · N(0, 1)`` values of its shape."""
+    return param.replace(mean + scale * jax.random.normal(key, param[...].shape,
+                                                          param[...].dtype))
 
 
 @contextlib.contextmanager
@@ -114,13 +136,14 @@ def exact_joint(tcfg, target_params, prompt, n_tok: int = 3, temperature: float 
     return probs
 
 
-def sampling_case(hybrid: bool = False, dspark: bool = False):
+def sampling_case(hybrid: bool = False, dspark: bool = False, dflash2: bool = False):
     """What the sampling tests draw against: ``(tcfg, dcfg, params, prompt, exact)``, a tiny
     pair with a 6-token vocabulary, the prompt ``[1, 4, 2]`` and the target's exact joint of the
     first three tokens after it (flattened, ``[V ** 3]``); ``dspark``: a DSpark drafter."""
     import numpy as np
 
-    tcfg, dcfg, params = tiny_pair(vocab=6, block_size=4, seed=3, hybrid=hybrid, dspark=dspark)
+    tcfg, dcfg, params = tiny_pair(vocab=6, block_size=4, seed=3, hybrid=hybrid, dspark=dspark,
+                                   dflash2=dflash2)
     prompt = np.array([1, 4, 2])
     return tcfg, dcfg, params, prompt, exact_joint(tcfg, params["target"], prompt).reshape(-1)
 

@@ -56,6 +56,8 @@ EXPECTED = {  # variant -> settings the loader must infer
                                   layer_types=("sliding_attention",) * 4 + ("full_attention",)),
     "dspark_qwen3": dict(block_size=4, is_dspark=True, markov_rank=8, confidence_head=True,
                          shift_label=True, is_domino=False, target_layer_ids=(1, 3, 4, 6, 8)),
+    "dflash2": dict(is_dflash2=True, conv_kernel=2, conv_group=16, selector_rank=8,
+                    selector_top_k=16, shift_label=False),
 }
 
 
@@ -106,6 +108,7 @@ def _ar_and(pair, method, prompt, lengths):
     ("dflash_4b_older", "dflash"), ("domino_8b", "domino"), ("domino_8b", "dominotree"),
     ("dflash_taps_absent", "dflash"), ("dflash_sliding_window", "dflash"),
     ("dspark_qwen3", "dspark"), ("dspark_qwen3", "dsparktree"),
+    ("dflash2", "dflash2"), ("dflash2", "dflash2tree"),
 ])
 def test_every_distinct_variant_decodes_like_ar(pairs, variant, method):
     rng = np.random.default_rng(5)

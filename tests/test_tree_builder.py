@@ -35,6 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dominotree_jax.markov_head import MarkovHeadWeights
+from dominotree_jax.selector_head import SelectorWeights
 from dominotree_jax.tree import Tree, build_tree, build_tree_from_head
 from dominotree_jax.tree.reference import build_tree_numpy
 
@@ -77,6 +78,9 @@ CONFIGS = {
     "ds_full": Config("dsparktree", J=5, V=48, budget=16, node_topk=3, top_m=0),
     "ds_m4_exhaust": Config("dsparktree", J=2, V=32, budget=16, node_topk=2, top_m=4),
     "ds_default": Config("dsparktree", J=7, V=256, budget=16, node_topk=8, top_m=64, E=16),
+    # DFlash2's path selector (top_m: its candidates per depth; E: its rank)
+    "d2_k16": Config("dflash2tree", J=7, V=64, budget=16, node_topk=4, top_m=16),
+    "d2_exhaust": Config("dflash2tree", J=2, V=32, budget=16, node_topk=2, top_m=4),
 }
 FAMILIES = ("normal", "palette", "duprows", "peaked", "duptokens")
 
@@ -114,7 +118,10 @@ def make_case(cfg: Config, seed: int, family: str) -> dict:
         m_w1[b], m_w2[b] = m_w1[a], m_w2[a]
     f32 = np.float32
     markov = ({"markov": (m_w1.astype(f32), m_w2.astype(f32))}
-              if cfg.method == "dsparktree" else {})
+              if cfg.method == "dsparktree" else
+              {"selector": (m_w1.astype(f32), m_w2.astype(f32),
+                            mrng.normal(size=(E, H)).astype(f32) * 0.5)}
+              if cfg.method == "dflash2tree" else {})
     return dict(**markov,
         base_logits=base.astype(f32), hidden=hidden.astype(f32),
         root_token=np.int32(rng.integers(0, V)), embed=embed.astype(f32),
@@ -159,14 +166,21 @@ def assert_same_tree(got: Tree, ref: Tree, *, exact_scores: bool = False, cond_f
 def run_case(cfg: Config, seed: int, family: str) -> Tree:
     case = make_case(cfg, seed, family)
     markov = case.pop("markov", None)
-    if cfg.method == "dsparktree":
+    selector = case.pop("selector", None)
+    if cfg.method == "dflash2tree":
+        got = build_tree_from_head(case["base_logits"], case["hidden"], case["root_token"],
+                                   SelectorWeights(*selector), **cfg.statics(),
+                                   use_pallas=False)
+        ref = build_tree_numpy(**case, **cfg.statics(), selector=selector)
+    elif cfg.method == "dsparktree":
         got = build_tree_from_head(case["base_logits"], case["hidden"], case["root_token"],
                                    MarkovHeadWeights(*markov), **cfg.statics(), use_pallas=False)
         ref = build_tree_numpy(**case, **cfg.statics(), markov=markov)
     else:
         got = build_tree(**case, **cfg.statics(), use_pallas=False)
         ref = build_tree_numpy(**case, **cfg.statics())
-    cond_from = {"dominotree": cfg.prefix_len, "dsparktree": 0}.get(cfg.method, 10**9)
+    cond_from = {"dominotree": cfg.prefix_len, "dsparktree": 0,
+                 "dflash2tree": 0}.get(cfg.method, 10**9)
     assert_same_tree(got, ref, exact_scores=family == "peaked", cond_from=cond_from,
                      logit_scale=float(np.abs(case["base_logits"]).max()))
     check_invariants(ref, cfg.J)

@@ -12,12 +12,13 @@ from dominotree_jax.decoding.lookup import LOOKUP_LENGTH, LOOKUP_PATHS
 from dominotree_jax.precision import Precision
 from dominotree_jax.sampling import Sampling, validate_sampling
 from dominotree_jax.tree.builder import (CORRECTED_TREE_METHODS, MARKOV_TREE_METHODS,
-                                         TREE_METHODS, check_settings)
+                                         SELECTOR_TREE_METHODS, TREE_METHODS, check_settings)
 
-CHAIN_METHODS = ("dflash", "domino", "dspark")
+CHAIN_METHODS = ("dflash", "domino", "dspark", "dflash2")
 # the methods that read a head besides the backbone: the Domino head's, DSpark's Markov head's
 DOMINO_METHODS = ("domino",) + CORRECTED_TREE_METHODS
 DSPARK_METHODS = ("dspark",) + MARKOV_TREE_METHODS
+DFLASH2_METHODS = ("dflash2",) + SELECTOR_TREE_METHODS
 # a dspark chain's node scores: this share of the confidence head's survival, the rest path
 # probability (DecodeConfig.confidence_share's default with a confidence head)
 CONFIDENCE_SHARE = 1.0
@@ -32,6 +33,8 @@ def missing_head(method: str, drafter) -> str | None:
         return f"method {method!r} needs a Domino drafter (projector_type 'domino')"
     if method in DSPARK_METHODS and not drafter.is_dspark:
         return f"method {method!r} needs a DSpark drafter (a Markov head: markov_rank > 0)"
+    if method in DFLASH2_METHODS and not drafter.is_dflash2:
+        return f"method {method!r} needs a DFlash2 drafter (a path selector: selector_rank > 0)"
     return None
 
 
@@ -142,7 +145,7 @@ class DecodeConfig:
             check_settings(self.drafter.num_draft_positions, self.target.vocab_size,
                            method=self.method, budget=self.num_draft_nodes,
                            node_topk=self.node_topk,
-                           top_m=self.top_m, prefix_len=self.drafter.pure_draft_prefix_len)
+                           top_m=self.tree_top_m, prefix_len=self.drafter.pure_draft_prefix_len)
         missing = missing_head(self.method, self.drafter)
         if missing:
             raise ValueError(missing)
@@ -262,6 +265,13 @@ class DecodeConfig:
         if share > 0 and (self.method != "dspark" or not self.drafter.confidence_head):
             raise ValueError("confidence_share > 0 needs method 'dspark' and a drafter with a "
                              "confidence head")
+
+    @property
+    def tree_top_m(self) -> int:
+        """``M``, the candidates per depth the tree builder reads: ``top_m``, or a DFlash2
+        drafter's ``selector_top_k`` for its tree."""
+        return (self.drafter.selector_top_k if self.method in SELECTOR_TREE_METHODS
+                else self.top_m)
 
     @property
     def confidence_weight(self) -> float:

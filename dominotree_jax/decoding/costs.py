@@ -34,7 +34,8 @@ COSTS_VERSION = 1
 # batch 1 and grows with its ``8 B`` block rows by the same model.
 DEFAULT_ROW_SLOPE = 0.1
 DEFAULT_DRAFT = (("dflash", 0.5), ("domino", 0.9), ("ddtree", 0.5), ("condstatic", 0.55),
-                 ("dominotree", 0.55), ("dspark", 0.55), ("dsparktree", 0.55))
+                 ("dominotree", 0.55), ("dspark", 0.55), ("dsparktree", 0.55), ("dflash2", 0.55),
+                 ("dflash2tree", 0.55))
 DEFAULT_ROWS = (1, 3, 5, 9, 17, 33)
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 DRAFT_BLOCK_ROWS = 8

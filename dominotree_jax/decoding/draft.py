@@ -1,6 +1,7 @@
 """Step 1 of a round, drafting (docs/algorithm.md §2–4): nothing (``ar``), a chain (``dflash``,
-``domino``, ``dspark``) or a best-first tree (``ddtree``, ``condstatic``, ``dominotree``,
-``dsparktree``), all returned in one tree layout (``Draft``) for verification.
+``domino``, ``dspark``, ``dflash2``) or a best-first tree (``ddtree``, ``condstatic``,
+``dominotree``, ``dsparktree``, ``dflash2tree``), all returned in one tree layout (``Draft``)
+for verification.
 
 ``draft_round`` runs the drafter's block forward and then ``chain_draft`` or ``tree_draft`` on
 its outputs; benchmarks call those two directly to time the stages apart. Lookup paths (the
@@ -21,7 +22,9 @@ from dominotree_jax.domino_head import dflash_chain, domino_chain
 from dominotree_jax.markov_head import markov_chain
 from dominotree_jax.model.drafter import bind_drafter
 from dominotree_jax.tree import Tree, build_tree_from_head, chain_tree, tree_attention
-from dominotree_jax.tree.builder import CORRECTED_TREE_METHODS, MARKOV_TREE_METHODS
+from dominotree_jax.selector_head import selector_chain
+from dominotree_jax.tree.builder import (CORRECTED_TREE_METHODS, MARKOV_TREE_METHODS,
+                                         SELECTOR_TREE_METHODS)
 
 if TYPE_CHECKING:   # shape annotations only; tests check them (tests/shape_check.py)
     from jaxtyping import Array, Bool, Float, Int
@@ -97,6 +100,9 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
     round's lookup paths (``lookup.propose``) when ``config.lookup_paths``."""
     if config.method == "dflash":
         tokens_BJ, logprobs_BJ = dflash_chain(base_BJV)
+    elif config.method == "dflash2":
+        tokens_BJ, logprobs_BJ = selector_chain(drafter.selector_weights(), z_BJH, base_BJV,
+                                                t0_B, config.drafter.selector_top_k)
     elif config.method == "dspark":
         markov = drafter.markov_weights()
         tokens_BJ, logprobs_BJ = markov_chain(markov, base_BJV, t0_B)
@@ -135,12 +141,13 @@ def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
     on each node's path through the Domino head, ``dsparktree`` on each node's token through
     the Markov head); ``paths``: as in ``chain_draft``."""
     head = (drafter.head_weights(target) if config.method in CORRECTED_TREE_METHODS else
-            drafter.markov_weights() if config.method in MARKOV_TREE_METHODS else None)
+            drafter.markov_weights() if config.method in MARKOV_TREE_METHODS else
+            drafter.selector_weights() if config.method in SELECTOR_TREE_METHODS else None)
 
     def one(base_JV, z_JH, t0):
         return build_tree_from_head(base_JV, z_JH, t0, head, method=config.method,
                                     budget=config.num_draft_nodes, node_topk=config.node_topk,
-                                    top_m=config.top_m,
+                                    top_m=config.tree_top_m,
                                     prefix_len=config.drafter.pure_draft_prefix_len,
                                     use_pallas=config.use_pallas)
 

@@ -34,6 +34,7 @@ from dominotree_jax.domino_head import DominoHeadWeights, gather_rows
 from dominotree_jax.linalg import matmul_t
 from dominotree_jax.markov_head import (ConfidenceWeights, MarkovHeadWeights, confidence_logits,
                                         markov_rows)
+from dominotree_jax.selector_head import SelectorWeights, block_conv, conv_coefficients
 from dominotree_jax.sharding import declare
 from dominotree_jax.model.cache import (as_stored, storage_dtype, value_dtype, view_layer,
                                         write_layers_at)
@@ -87,8 +88,44 @@ class DrafterContext(NamedTuple):
                    jnp.zeros((batch,), jnp.int32))
 
 
+class BlockConv(nnx.Module):
+    """DFlash2's in-block convolution around one sublayer (``base_kernel [2, K, H]``: the one
+    before, then the one after; ``kernel_projection``; selector_head.py). Starts as the
+    identity: unit self-taps, no correction."""
+
+    def __init__(self, hidden: int, kernel: int, group: int, *, dtype, operand_dtype=None,
+                 rngs: nnx.Rngs):
+        self.kernel = kernel
+        self.base_kernel = nnx.Param(jnp.zeros((2, kernel, hidden), dtype).at[:, 0].set(1.0),
+                                     **declare("conv_side", "conv_tap", "embed"))
+        self.kernel_projection = Linear(hidden, 2 * kernel * (hidden // group),
+                                        axes=("conv_taps", "embed"), dtype=dtype,
+                                        operand_dtype=operand_dtype, rngs=rngs)
+
+    def around(self, sublayer, x_BTH):
+        """``conv_1(sublayer(conv_0(x)))``, both convolutions' corrections from ``x``."""
+        delta = conv_coefficients(self.kernel_projection.weight[...], x_BTH, self.kernel)
+        base = self.base_kernel[...]
+        y = sublayer(block_conv(x_BTH, base[0], delta[:, :, 0]))
+        return block_conv(y, base[1], delta[:, :, 1])
+
+
+class CandidateSelector(nnx.Module):
+    """DFlash2's path selector (``candidate_selector.*``; selector_head.py)."""
+
+    def __init__(self, vocab: int, hidden: int, rank: int, *, dtype, rngs: nnx.Rngs):
+        self.predecessor_codebook = nnx.Param(
+            0.02 * jax.random.normal(rngs.params(), (vocab, rank), dtype),
+            **declare("vocab", "selector_rank"))
+        self.successor_codebook = nnx.Param(jnp.zeros((vocab, rank), dtype),
+                                            **declare("vocab", "selector_rank"))
+        self.hidden_projection = Linear(hidden, rank, axes=("selector_rank", "embed"),
+                                        dtype=dtype, rngs=rngs)
+
+
 class DrafterLayer(nnx.Module):
-    """A Qwen3 decoder layer (q/k RMSNorm, no qkv bias)."""
+    """A Qwen3 decoder layer (q/k RMSNorm, no qkv bias); DFlash2's: with ``attention_conv``
+    and ``mlp_conv`` around its sublayers."""
 
     def __init__(self, cfg: DrafterConfig, *, dtype, operand_dtype=None, rngs: nnx.Rngs):
         H = cfg.hidden_size
@@ -99,6 +136,10 @@ class DrafterLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(H, cfg.rms_norm_eps, dtype=dtype)
         self.mlp = SwiGLU(H, cfg.intermediate_size, dtype=dtype, operand_dtype=operand_dtype,
                           rngs=rngs)
+        conv = functools.partial(BlockConv, H, cfg.conv_kernel, cfg.conv_group, dtype=dtype,
+                                 operand_dtype=operand_dtype, rngs=rngs)
+        self.attention_conv = conv() if cfg.conv_kernel else None
+        self.mlp_conv = conv() if cfg.conv_kernel else None
 
 
 class PrefixGRU(nnx.Module):
@@ -203,6 +244,9 @@ class Drafter(nnx.Module):
                             if cfg.is_dspark else None)
         self.confidence_head = (ConfidenceHead(cfg.confidence_width, dtype=dtype, rngs=rngs)
                                 if cfg.confidence_head else None)
+        self.candidate_selector = (CandidateSelector(cfg.vocab_size, H, cfg.selector_rank,
+                                                     dtype=dtype, rngs=rngs)
+                                   if cfg.is_dflash2 else None)
         # until a checkpoint or a training run fills it: the |D| lowest ids
         self.d2t = (None if cfg.draft_vocab_size is None
                     else draft_vocab_variable(jnp.arange(cfg.draft_vocab_size, dtype=jnp.int32)))
@@ -276,15 +320,24 @@ class Drafter(nnx.Module):
         h_BTH = to_activation(target.embed(tokens_BT))   # float32 residual stream
         for i, layer in enumerate(self.layers):
             mask_BTS = masks[cfg.layer_window(i)]
-            x_BTH = layer.input_layernorm(h_BTH)
-            q_BTQD = layer.self_attn.queries(x_BTH, cos, sin)
-            k_BTKD, v_BTKD = layer.self_attn.keys_values(x_BTH, cos, sin)
-            # the block's K/V in the context's dtype (products read both alike)
             ctx_k, ctx_v = ctx.layer_kv(i)
-            k_all = jnp.concatenate([ctx_k, k_BTKD.astype(ctx.dtype)], axis=1)
-            v_all = jnp.concatenate([ctx_v, v_BTKD.astype(ctx.dtype)], axis=1)
-            h_BTH = h_BTH + layer.self_attn.output(attend(q_BTQD, k_all, v_all, mask_BTS))
-            h_BTH = h_BTH + layer.mlp(layer.post_attention_layernorm(h_BTH))
+
+            def attention(x_BTH, layer=layer, mask_BTS=mask_BTS, ctx_k=ctx_k, ctx_v=ctx_v):
+                q_BTQD = layer.self_attn.queries(x_BTH, cos, sin)
+                k_BTKD, v_BTKD = layer.self_attn.keys_values(x_BTH, cos, sin)
+                # the block's K/V in the context's dtype (products read both alike)
+                k_all = jnp.concatenate([ctx_k, k_BTKD.astype(ctx.dtype)], axis=1)
+                v_all = jnp.concatenate([ctx_v, v_BTKD.astype(ctx.dtype)], axis=1)
+                return layer.self_attn.output(attend(q_BTQD, k_all, v_all, mask_BTS))
+
+            x_BTH = layer.input_layernorm(h_BTH)
+            x2_fn = layer.mlp
+            if layer.attention_conv is None:
+                h_BTH = h_BTH + attention(x_BTH)
+            else:   # DFlash2: each sublayer between two in-block convolutions
+                h_BTH = h_BTH + layer.attention_conv.around(attention, x_BTH)
+                x2_fn = functools.partial(layer.mlp_conv.around, layer.mlp)
+            h_BTH = h_BTH + x2_fn(layer.post_attention_layernorm(h_BTH))
         z_BTH = self.norm(h_BTH)
         z_BJH = z_BTH if cfg.shift_label else z_BTH[:, 1:]
         return z_BJH, self.base_logits(target, z_BJH, head_rows_CH)
@@ -319,6 +372,15 @@ class Drafter(nnx.Module):
                                  self.embed_proj[2].weight[...],
                                  None if self.d2t is None else self.d2t[...])
 
+
+    # ------------------------------------------------------------------ DFlash2's selector
+    def selector_weights(self) -> SelectorWeights:
+        """The path selector's weights (``selector_head.py``)."""
+        if self.candidate_selector is None:
+            raise ConfigError("the path selector needs a DFlash2 drafter (selector_rank > 0)")
+        sel = self.candidate_selector
+        return SelectorWeights(sel.predecessor_codebook[...], sel.successor_codebook[...],
+                               sel.hidden_projection.weight[...])
 
     # ------------------------------------------------------------------ DSpark heads
     def markov_weights(self) -> MarkovHeadWeights:

@@ -59,6 +59,9 @@ def with_dspark_heads(cfg: DrafterConfig, flat: dict, rank: int,
     out = {k: v for k, v in flat.items() if not k.startswith(("prefix_gru.", "embed_proj."))}
     for name, w in fresh.items():
         if name.startswith(("markov_head.", "confidence_head.")):
-            w = np.asarray(w)
-            out[name] = w if name == "markov_head.markov_w1.weight" else np.zeros_like(w)
+            out[name] = np.zeros_like(np.asarray(w))
+    # W1 ~ N(0, 1) (PyTorch's embedding init, DeepSpec's table): W2's gradient is read
+    # through W1's rows, so a small W1 would keep the correction near zero for long
+    w1 = "markov_head.markov_w1.weight"
+    out[w1] = np.random.default_rng(seed).standard_normal(out[w1].shape).astype(np.float32)
     return new, out

@@ -34,6 +34,10 @@ Children distributions:
   ``base_d + W2 · W1[token]`` of the node they hang from (the root: ``t0``), DSpark's Markov head
   (``markov_head.markov_tree_parts``; ``head`` is its ``MarkovHeadWeights``); the state a pop
   keeps is ``W1[token]``; the same top-M candidates, in jnp (no kernel); ``prefix_len`` unused.
+- ``"dflash2tree"`` (conditional on the parent's token): DFlash2's path selector
+  (``selector_head.selector_tree_parts``; ``head`` its ``SelectorWeights``, ``top_m`` its
+  candidates per depth): a node's state is ``P[token]``, its children the top ``k`` of the
+  pair scores over the depth's candidates.
 
 Everything is computed in float32 with ``Precision.HIGHEST`` matmuls (no TF32 on GPU), whatever
 the input dtype; only the embedding / W2 rows that are needed are gathered and cast.
@@ -51,14 +55,16 @@ from dominotree_jax.domino_head import (DominoHeadWeights, expand_split, gather_
                                         gru_advance, gru_root_state, split_projection)
 from dominotree_jax.fence import fenced
 from dominotree_jax.markov_head import MarkovHeadWeights, markov_tree_parts
+from dominotree_jax.selector_head import SelectorWeights, selector_tree_parts
 from dominotree_jax.tree.topk import vocab_top_k
 from pallas_kernels.topm_expand import pad_operands, resolve_use_pallas
 
-TREE_METHODS = ("ddtree", "condstatic", "dominotree", "dsparktree")
+TREE_METHODS = ("ddtree", "condstatic", "dominotree", "dsparktree", "dflash2tree")
 # Tree methods that read the Domino head.
 CORRECTED_TREE_METHODS = ("condstatic", "dominotree")
-# Tree methods that read DSpark's Markov head.
+# Tree methods that read DSpark's Markov head; DFlash2's path selector.
 MARKOV_TREE_METHODS = ("dsparktree",)
+SELECTOR_TREE_METHODS = ("dflash2tree",)
 
 
 class Tree(NamedTuple):
@@ -100,6 +106,9 @@ def check_settings(J: int, V: int, *, method: str, budget: int, node_topk: int, 
         raise ValueError(f"node_topk={node_topk} exceeds the vocabulary ({V})")
     if top_m < 0 or top_m > V:
         raise ValueError(f"top_m must be in [0, V={V}], got {top_m}")
+    if method in SELECTOR_TREE_METHODS and not 0 < node_topk <= top_m:
+        raise ValueError(f"{method}: node_topk={node_topk} must lie in [1, the selector's "
+                         f"{top_m} candidates]")
     if method in CORRECTED_TREE_METHODS + MARKOV_TREE_METHODS and 0 < top_m < node_topk:
         raise ValueError(f"top_m={top_m} must be >= node_topk={node_topk} (or 0 = full vocab)")
     if prefix_len < 0:
@@ -165,6 +174,7 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
     corrected = method in CORRECTED_TREE_METHODS and prefix_len < J
     conditional = corrected and method == "dominotree"
     markov = method in MARKOV_TREE_METHODS
+    selector = method in SELECTOR_TREE_METHODS
 
     if corrected:
         if head is None or any(w is None for w in head[:5]):   # (draft_ids may be None)
@@ -182,7 +192,13 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
     if corrected and not conditional:   # condstatic: per-depth children along the greedy path
         marg_ids_Jk, marg_lp_Jk = _static_corrected_children(
             marg_ids_Jk, marg_lp_Jk, expand, advance, root_state, prefix_len)
-    if markov:
+    if selector:
+        if not isinstance(head, SelectorWeights):
+            raise ValueError(f"{method} needs the path selector's weights (SelectorWeights)")
+        expand, advance, root_state = selector_tree_parts(head, hidden, base_JV, root_token,
+                                                          k=k, top_k=top_m, vocab_top_k=_top_k)
+        conditional, prefix_len, G = True, 0, root_state.shape[-1]
+    elif markov:
         if not isinstance(head, MarkovHeadWeights):
             raise ValueError(f"{method} needs the Markov head's weights (MarkovHeadWeights)")
         expand, advance, root_state = markov_tree_parts(head, base_JV, root_token, k=k,

@@ -37,8 +37,8 @@ import heapq
 
 import numpy as np
 
-from dominotree_jax.tree.builder import (CORRECTED_TREE_METHODS, MARKOV_TREE_METHODS, Tree,
-                                         check_settings)
+from dominotree_jax.tree.builder import (CORRECTED_TREE_METHODS, MARKOV_TREE_METHODS,
+                                         SELECTOR_TREE_METHODS, Tree, check_settings)
 
 _F32 = np.float32
 
@@ -69,10 +69,13 @@ def gru_step_numpy(x_H, s_G, w_ih_3GH, w_hh_3GG):
 
 def build_tree_numpy(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh, proj_w1,
                      proj_w2, *, method: str, budget: int, node_topk: int, top_m: int,
-                     prefix_len: int, markov=None) -> Tree:
+                     prefix_len: int, markov=None, selector=None) -> Tree:
     """Heap reference of ``build_tree``; same arguments (minus ``use_pallas``) and result.
     ``"dsparktree"``: ``markov = (w1 [V, r], w2 [V, r])``, DSpark's Markov head (the Domino
-    weights unused): a node's state is ``w1[token]``, its children ``base_d + w2 · state``."""
+    weights unused): a node's state is ``w1[token]``, its children ``base_d + w2 · state``.
+    ``"dflash2tree"``: ``selector = (pred [V, r], succ [V, r], proj [r, H])``, DFlash2's path
+    selector over ``top_m`` candidates: a node's state is ``pred[token]``, its children's
+    scores ``base_d[C] + (succ[C] ⊙ (proj · z_d)) · state``."""
     base = np.asarray(base_logits, _F32)
     K, V = base.shape
     check_settings(K, V, method=method, budget=budget, node_topk=node_topk, top_m=top_m,
@@ -85,8 +88,14 @@ def build_tree_numpy(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh,
         m_w1, m_w2 = (np.asarray(w, _F32) for w in markov)
         corrected = conditional = True
         prefix_len = 0
+    if method in SELECTOR_TREE_METHODS:
+        pred, succ, proj = (np.asarray(w, _F32) for w in selector)
+        gate_J = np.asarray(hidden, _F32) @ proj.T            # [J, r]
+        m_w1 = pred                                          # the state a token gives
+        corrected = conditional = True
+        prefix_len = 0
 
-    if method in MARKOV_TREE_METHODS:
+    if method in MARKOV_TREE_METHODS + SELECTOR_TREE_METHODS:
         root_state = m_w1[int(root_token)]
     elif corrected:
         hidden = np.asarray(hidden, _F32)
@@ -107,6 +116,10 @@ def build_tree_numpy(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh,
             ids = _topk(marg_lp[depth], k)
             return ids, marg_lp[depth][ids]
         cand = _topk(base[depth], top_m) if top_m > 0 else np.arange(V)
+        if method in SELECTOR_TREE_METHODS:
+            lp = _log_softmax(base[depth][cand] + (succ[cand] * gate_J[depth]) @ state)
+            idx = _topk(lp, k)
+            return cand[idx], lp[idx]
         if method in MARKOV_TREE_METHODS:
             lp = _log_softmax(base[depth][cand] + m_w2[cand] @ state)
             idx = _topk(lp, k)
@@ -150,7 +163,8 @@ def build_tree_numpy(base_logits, hidden, root_token, embed, gru_w_ih, gru_w_hh,
         score = _F32(-neg_score)
         tokens.append(tok), parents.append(parent), depths.append(depth), scores.append(score)
         if depth + 1 < K:
-            state = (None if not conditional else m_w1[tok] if method in MARKOV_TREE_METHODS
+            state = (None if not conditional else m_w1[tok]
+                     if method in MARKOV_TREE_METHODS + SELECTOR_TREE_METHODS
                      else gru_step_numpy(embed[tok], parent_state, w_ih, w_hh))
             push_children(depth + 1, node, score, state)
 
