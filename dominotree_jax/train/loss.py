@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 
 from dominotree_jax.config import DrafterConfig, TargetConfig
-from dominotree_jax.domino_head import corrected_logits, gru_path_states
+from dominotree_jax.domino_head import corrected_logits, gather_rows, gru_path_states
 from dominotree_jax.markov_head import markov_bias, markov_rows
+from dominotree_jax.selector_head import selector_scores
 from dominotree_jax.model.drafter import DrafterContext, bind_drafter
 from dominotree_jax.linalg import matmul_t
 from dominotree_jax.model.target import bind_target
@@ -217,7 +218,8 @@ def until_fail_mask(correct_AJ, valid_AJ, floor: float = 0.0):
 def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, batch, lam,
                      gamma: float | None = 7.0, vocab_ids=None, vocab_index=None,
                      soft: float = 0.0, soft_topk: float = 0.0, until_fail: bool = False,
-                     until_fail_floor: float = 0.0, dspark: DSparkLoss = DSparkLoss()):
+                     until_fail_floor: float = 0.0, dspark: DSparkLoss = DSparkLoss(),
+                     selector_weight: float = 1.0):
     """Curriculum loss and metrics (docs/algorithm.md §6, docs/training.md).
 
     ``vocab_ids``/``vocab_index`` (token → column or -1, [V]) restrict the softmax to a
@@ -232,14 +234,17 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
     depth of each block; the normaliser stays ``Σ w_d`` over valid labels. A DSpark drafter's
     corrected term is ``dspark``'s mix (module docstring; ``soft``, ``soft_topk`` and
     ``until_fail`` are refused with it); metrics add ``conf_mae``, the confidence head's mean
-    absolute error against α."""
+    absolute error against α. A DFlash2 drafter's corrected term is ``CE(base) +
+    selector_weight · CE(selector)``: the selector's scores over each depth's candidates after
+    the true previous token, the label's candidate the target (depths whose label is not a
+    candidate add nothing); its accuracy is the selector's."""
     if soft and soft_topk:
         raise ValueError("choose one kind of soft targets: soft (full distribution) or "
                          "soft_topk (stored top-k logits)")
     if dcfg.draft_vocab_size is not None:   # columns = the drafter's draft vocabulary
         vocab_ids = dparams["d2t"][...]
         vocab_index = draft_column_index(vocab_ids, tcfg.vocab_size)
-    if dcfg.is_dspark and (soft or soft_topk or until_fail):
+    if (dcfg.is_dspark or dcfg.is_dflash2) and (soft or soft_topk or until_fail):
         raise ValueError("a DSpark drafter trains with its own loss mix (DSparkLoss): drop "
                          "soft, soft_topk and until_fail")
     blocks = block_logits(dcfg, tcfg, dparams, tparams, batch, vocab_ids)
@@ -269,6 +274,10 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
                                   dspark)
     acc_b = (jnp.argmax(base, -1) == tgt) & valid
     acc_c = (jnp.argmax(corr, -1) == tgt) & valid
+    if dcfg.is_dflash2:
+        sel_ce, acc_c = _selector_terms(dcfg, dparams, blocks, tgt, vocab_ids)
+        hc = ce_b + selector_weight * sel_ce
+        acc_c = acc_c & valid
     if until_fail:
         hb = hb * until_fail_mask(acc_b, valid, until_fail_floor)
         hc = hc * until_fail_mask(acc_c, valid, until_fail_floor)
@@ -293,6 +302,24 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
     for name, per_AJ in extra.items():   # means over the labels inside the columns
         metrics[name] = jnp.sum(inside * per_AJ) / jnp.maximum(jnp.sum(inside), 1.0)
     return loss, metrics
+
+
+def _selector_terms(dcfg, dparams, blocks: Blocks, tgt_AJ, vocab_ids):
+    """``(CE [A, J], right [A, J])`` of a DFlash2 drafter's selector, teacher-forced: over each
+    depth's top candidates of the base logits (columns), scored after the true previous
+    token; 0 / False where the label is not a candidate."""
+    w = bind_drafter(dcfg, dparams).selector_weights()
+    U_AJk, C_AJk = jax.lax.top_k(blocks.base, dcfg.selector_top_k)
+    ids_AJk = C_AJk if vocab_ids is None else jnp.take(vocab_ids, C_AJk, axis=0)
+    gate_AJr = matmul_t(blocks.z.astype(jnp.float32), w.proj.astype(jnp.float32))
+    S_AJkr = gather_rows(w.succ, ids_AJk).astype(jnp.float32) * gate_AJr[..., None, :]
+    scores_AJk = selector_scores(U_AJk, S_AJkr, gather_rows(w.pred, blocks.prev))
+    hit_AJk = C_AJk == tgt_AJ[..., None]
+    has_AJ = jnp.any(hit_AJk, axis=-1)
+    picked_AJ = jnp.sum(jnp.where(hit_AJk, scores_AJk, 0.0), axis=-1)
+    ce_AJ = jnp.where(has_AJ, jax.nn.logsumexp(scores_AJk, axis=-1) - picked_AJ, 0.0)
+    right_AJ = has_AJ & (jnp.argmax(scores_AJk, -1) == jnp.argmax(hit_AJk, -1))
+    return ce_AJ, right_AJ
 
 
 def _dspark_terms(dcfg, tcfg, dparams, tparams, batch, blocks: Blocks, ce_AJ, vocab_ids,

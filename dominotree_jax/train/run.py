@@ -399,6 +399,8 @@ def parse_args(argv=None):
                    help="DSpark loss: weight of the L1 distance to the target's distribution")
     p.add_argument("--dspark-confidence", type=float, default=t.dspark_confidence,
                    help="DSpark loss: weight of the confidence head's cross-entropy")
+    p.add_argument("--selector-loss", type=float, default=t.selector_loss,
+                   help="a DFlash2 drafter: weight of its path selector's cross-entropy")
     p.add_argument("--backbone-lr", type=float, default=t.backbone_lr,
                    help="the backbone's learning rate as a fraction of --lr (0: frozen; the "
                    "heads train at --lr)")

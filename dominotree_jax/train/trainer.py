@@ -79,6 +79,7 @@ class TrainConfig:
     dspark_ce: float = 0.1
     dspark_l1: float = 0.9
     dspark_confidence: float = 1.0
+    selector_loss: float = 1.0    # a DFlash2 drafter's selector term (train/loss.py)
     # the backbone's learning rate as a fraction of ``lr`` (0: frozen); the heads (Domino,
     # Markov, confidence) keep ``lr``
     backbone_lr: float = 1.0
@@ -132,14 +133,15 @@ def check_train_config(tc: TrainConfig) -> None:
             raise ValueError(f"{name} must lie in [0, 1], got {v}")
     if tc.soft and tc.soft_topk:
         raise ValueError("choose one kind of soft targets: soft or soft_topk")
-    for name in ("dspark_ce", "dspark_l1", "dspark_confidence"):
+    for name in ("dspark_ce", "dspark_l1", "dspark_confidence", "selector_loss"):
         if getattr(tc, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(tc, name)}")
     if tc.anchors < 1:
         raise ValueError(f"anchors must be >= 1, got {tc.anchors}")
 
 
-HEAD_PREFIXES = ("prefix_gru.", "embed_proj.", "markov_head.", "confidence_head.")
+HEAD_PREFIXES = ("prefix_gru.", "embed_proj.", "markov_head.", "confidence_head.",
+                 "candidate_selector.")
 
 
 def is_head(name: str) -> bool:
@@ -232,7 +234,8 @@ def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_ind
                                 lam,
                                 tc.gamma, vocab_ids, vocab_index, tc.soft,
                                 soft_topk=tc.soft_topk, until_fail=tc.until_fail,
-                                until_fail_floor=tc.until_fail_floor, dspark=tc.dspark_loss)
+                                until_fail_floor=tc.until_fail_floor, dspark=tc.dspark_loss,
+                                selector_weight=tc.selector_loss)
 
     (loss, m), grads = jax.value_and_grad(f, has_aux=True)(flat)
     updates, opt_state = opt.update(grads, opt_state, flat)
