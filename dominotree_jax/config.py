@@ -816,6 +816,8 @@ class DrafterConfig(DecoderShape):
                        markov_rank=self.markov_rank, markov_head_type="vanilla",
                        enable_confidence_head=self.confidence_head,
                        confidence_head_with_markov=self.confidence_with_markov)
+            if self.draft_vocab_size is not None:
+                out["draft_vocab_size"] = self.draft_vocab_size
         return out
 
 

@@ -20,7 +20,7 @@ import dominotree_jax as dj
 from convert.__main__ import main as convert_main
 from convert.errors import CheckpointError
 from dominotree_jax import DecodeConfig
-from dominotree_jax.config import ConfigError, check_drafter
+from dominotree_jax.config import ConfigError, DrafterConfig, check_drafter
 from dominotree_jax.decoding.costs import CostTable
 from dominotree_jax.markov_head import corrected_logits, markov_chain
 from dominotree_jax.model.drafter import bind_drafter, drafter_graphdef, restrict_to_draft_vocab
@@ -113,6 +113,7 @@ def test_a_draft_vocabulary_keeps_the_heads_on_its_columns():
     tcfg, dcfg, params = tiny_pair(dspark=True)
     ids = np.sort(np.random.default_rng(1).choice(63, 40, replace=False))
     vcfg, vparams = restrict_to_draft_vocab(dcfg, params["drafter"], ids)
+    assert DrafterConfig.from_hf_dict(vcfg.to_hf_dict()) == vcfg   # the released layout
     drafter = bind_drafter(vcfg, vparams)
     rng = np.random.default_rng(2)
     base = jnp.asarray(rng.normal(size=(2, vcfg.num_draft_positions, 40)) * 3, jnp.float32)
