@@ -69,3 +69,20 @@ def lookup_drafter(table_SVJ):
         yield
     finally:
         Drafter.draft = original
+
+
+def assert_equals_ar_on_a_batch(tcfg, dcfg, params, method: str, **kw):
+    """``method`` decodes two right-padded prompts of different lengths with a stop id exactly
+    as ``ar`` does (``kw``: more ``DecodeConfig`` settings, e.g. ``lookup``, ``budget="auto"``)."""
+    from dominotree_jax import DecodeConfig
+    run = jit_decode()
+    prompt = jnp.asarray([[3, 17, 5, 9, 33, 2, 8, 3, 17], [4, 4, 21, 6, 0, 0, 0, 0, 0]],
+                         jnp.int32)
+    lengths = jnp.asarray([9, 5], jnp.int32)
+    base = dict(max_new_tokens=30, stop_ids=(11,))
+    ar = run(params, prompt, config=DecodeConfig(target=tcfg, method="ar", **base),
+             prompt_lengths=lengths)
+    out = run(params, prompt, config=DecodeConfig(target=tcfg, drafter=dcfg, method=method,
+                                                  **{**base, **kw}), prompt_lengths=lengths)
+    np.testing.assert_array_equal(out.tokens, ar.tokens, err_msg=method)
+    np.testing.assert_array_equal(out.num_tokens, ar.num_tokens, err_msg=method)

@@ -59,8 +59,8 @@ def tiny_pair(vocab=64, block_size=4, shift_label=True, domino=True, seed=0, lay
                          gru_hidden_dim=16 if domino and not (dspark or dflash2) else 0,
                          emb_dim=8 if domino and not (dspark or dflash2) else 0,
                          markov_rank=8 if dspark else 0, confidence_head=dspark,
-                         conv_kernel=2 if dflash2 else 0, conv_group=8,
-                         selector_rank=8 if dflash2 else 0, selector_top_k=min(6, vocab))
+                         **(dict(conv_kernel=2, conv_group=8, selector_rank=8,
+                                 selector_top_k=min(6, vocab)) if dflash2 else {}))
     tp = init_target_params(tcfg, seed)
     # larger weights than the default init so the target's distribution is far from uniform
     tp = jax.tree.map(lambda x: x * 6.0 if x.ndim == 2 else x, tp)

@@ -20,7 +20,8 @@ from dominotree_jax.model.state import flat_to_state, state_to_flat
 from dominotree_jax.model.target import bind_target
 from dominotree_jax.selector_head import block_conv, selector_chain
 
-from decode_helpers import SAMPLING_XLA, fresh_jit_decode, jit_decode
+from decode_helpers import (SAMPLING_XLA, assert_equals_ar_on_a_batch, fresh_jit_decode,
+                            jit_decode)
 from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
 
 jdecode = jit_decode()
@@ -104,17 +105,8 @@ CASES = [("dflash2", {}), ("dflash2tree", {}), ("dflash2", dict(lookup=2)),
 @pytest.mark.parametrize("method,extra", CASES)
 def test_greedy_equals_ar_with_batches_stops_lookup_and_auto(method, extra):
     tcfg, dcfg, params = tiny_pair(dflash2=True)
-    prompt = jnp.asarray([[3, 17, 5, 9, 33, 2, 8, 3, 17], [4, 4, 21, 6, 0, 0, 0, 0, 0]],
-                         jnp.int32)
-    lengths = jnp.asarray([9, 5], jnp.int32)
-    kw = dict(max_new_tokens=30, stop_ids=(11,))
-    ar = jdecode(params, prompt, config=DecodeConfig(target=tcfg, method="ar", **kw),
-                 prompt_lengths=lengths)
-    kw.update(dict(budget=6, node_topk=3), **extra)
-    out = jdecode(params, prompt, config=DecodeConfig(target=tcfg, drafter=dcfg, method=method,
-                                                      **kw), prompt_lengths=lengths)
-    np.testing.assert_array_equal(out.tokens, ar.tokens)
-    np.testing.assert_array_equal(out.num_tokens, ar.num_tokens)
+    assert_equals_ar_on_a_batch(tcfg, dcfg, params, method,
+                                **{**dict(budget=6, node_topk=3), **extra})
 
 
 @pytest.mark.parametrize("method", ["dflash2", "dflash2tree"])

@@ -26,7 +26,8 @@ from dominotree_jax.markov_head import corrected_logits, markov_chain
 from dominotree_jax.model.drafter import bind_drafter, drafter_graphdef, restrict_to_draft_vocab
 
 import released_layouts as rl
-from decode_helpers import SAMPLING_XLA, fresh_jit_decode, jit_decode
+from decode_helpers import (SAMPLING_XLA, assert_equals_ar_on_a_batch, fresh_jit_decode,
+                            jit_decode)
 from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
 
 jdecode = jit_decode()
@@ -92,18 +93,8 @@ CASES = [
 @pytest.mark.parametrize("method,extra", CASES)
 def test_greedy_equals_ar_with_batches_stops_lookup_and_auto(method, extra):
     tcfg, dcfg, params = tiny_pair(dspark=True)
-    prompt = jnp.asarray([[3, 17, 5, 9, 33, 2, 8, 3, 17], [4, 4, 21, 6, 0, 0, 0, 0, 0]],
-                         jnp.int32)
-    lengths = jnp.asarray([9, 5], jnp.int32)
-    kw = dict(max_new_tokens=30, stop_ids=(11,))
-    ar = jdecode(params, prompt, config=DecodeConfig(target=tcfg, method="ar", **kw),
-                 prompt_lengths=lengths)
-    kw.update(budget=6, node_topk=3, top_m=16)
-    kw.update(extra)
-    out = jdecode(params, prompt, config=DecodeConfig(target=tcfg, drafter=dcfg, method=method,
-                                                      **kw), prompt_lengths=lengths)
-    np.testing.assert_array_equal(out.tokens, ar.tokens)
-    np.testing.assert_array_equal(out.num_tokens, ar.num_tokens)
+    assert_equals_ar_on_a_batch(tcfg, dcfg, params, method,
+                                **{**dict(budget=6, node_topk=3, top_m=16), **extra})
 
 
 def test_a_draft_vocabulary_keeps_the_heads_on_its_columns():
@@ -181,7 +172,7 @@ def test_methods_need_their_head_and_dspark_refuses_what_it_cannot_run():
         DecodeConfig(target=tcfg, drafter=ds, method="dominotree")
     for bad, match in ((dict(shift_label=False), "shift_label=True"),
                        (dict(projector_type="domino", gru_hidden_dim=4, emb_dim=4),
-                        "not both")):
+                        "not two")):
         with pytest.raises(ConfigError, match=match):
             check_drafter(dataclasses.replace(ds, **bad))
 
