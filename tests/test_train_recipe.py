@@ -85,7 +85,7 @@ def test_label_alignment_matches_inference(setup):
         jax.random.key(5), flat["embed_proj.2.weight"].shape)
     dparams = flat_to_state(DCFG, flat)
     b = _batch(ds, [0, 1])
-    base, corr, tgt = block_logits(DCFG, TCFG, dparams, target.params, b)
+    base, corr, tgt = block_logits(DCFG, TCFG, dparams, target.params, b)[:3]
     toks, anc = np.asarray(b["tokens"]), np.asarray(b["anchors"])
     drafter, tmod = bind_drafter(DCFG, dparams), bind_target(TCFG, target.params)
     head = drafter.head_weights(tmod)
@@ -133,7 +133,7 @@ def test_lm_head_honours_tied_embeddings(setup):
     assert tmod.lm_head is None
     emb = np.asarray(target.params["embed_tokens"]["weight"][...], np.float32)
     np.testing.assert_array_equal(np.asarray(tmod.head_weight_VH), emb)
-    base, _, _ = block_logits(DCFG, TCFG, dparams, target.params, b)
+    base = block_logits(DCFG, TCFG, dparams, target.params, b).base
     ctx = DrafterContext.zeros(DCFG, 1, SEQ_LEN)
     a = int(b["anchors"][0, 0])
     ctx = drafter.extend_context(ctx, b["feats"][:1, :a], jnp.arange(a)[None],
@@ -142,7 +142,7 @@ def test_lm_head_honours_tied_embeddings(setup):
     np.testing.assert_allclose(np.asarray(base[0]), np.asarray(z[0]) @ emb.T, rtol=1e-4,
                                atol=1e-3)
     vocab = np.arange(0, 96, 2, dtype=np.int32)
-    sub, _, _ = block_logits(DCFG, TCFG, dparams, target.params, b, jnp.asarray(vocab))
+    sub = block_logits(DCFG, TCFG, dparams, target.params, b, jnp.asarray(vocab)).base
     np.testing.assert_allclose(np.asarray(sub), np.asarray(base)[..., vocab], rtol=1e-5,
                                atol=1e-4)
     # An untied config reads lm_head instead: different logits from the same z.
@@ -228,7 +228,7 @@ def test_until_fail_loss_weights_each_head_by_its_own_chain(setup):
         jax.random.key(5), flat["embed_proj.2.weight"].shape)
     dparams = flat_to_state(DCFG, flat)
     b = _batch(ds, [0, 1, 2, 3], anchors=6)
-    base, corr, tgt = block_logits(DCFG, TCFG, dparams, target.params, b)
+    base, corr, tgt = block_logits(DCFG, TCFG, dparams, target.params, b)[:3]
     valid = tgt >= 0
     w = jnp.exp(-jnp.arange(4) / 7.0)[None] * valid
     mb = until_fail_mask((jnp.argmax(base, -1) == tgt) & valid, valid)
