@@ -1,7 +1,8 @@
 """DSpark's heads (docs/algorithm.md §3b): the low-rank Markov correction of the DFlash logits by
 the token drafted before, and the confidence head's per-depth survival logit. Every user imports
-them from here: the ``dspark`` chain (``markov_chain``), the ``dsparktree`` builder
-(``markov_tree_parts``) and the drafter (``Drafter.markov_weights``, ``Drafter.confidence``).
+them from here: the ``dspark`` chain (``markov_chain``, its scores ``blended_logprobs``), the
+``dsparktree`` builder (``markov_first_order``) and the drafter (``Drafter.markov_weights``,
+``Drafter.confidence``).
 
 Weights travel as one ``MarkovHeadWeights`` in DeepSpec's layouts: ``w1 [V, r]`` (a table of
 its own, indexed by the previous token's target id) and ``w2 [|D|, r]`` (the ``r -> |D|`` output
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 
 from dominotree_jax.domino_head import gather_rows, greedy
 from dominotree_jax.fence import fenced
+from dominotree_jax.first_order import FirstOrder
 from dominotree_jax.linalg import matmul_t
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -78,39 +80,44 @@ def markov_chain(w: MarkovHeadWeights, base_BJV, t0_B):
     return tok_JB.T, lp_JB.T
 
 
-def markov_tree_parts(w: MarkovHeadWeights, base_JV, root_token, *, k: int, top_m: int,
-                      vocab_top_k=None):
-    """What the tree builder needs to condition a node's children on its own token:
-    ``(expand(depth, e_r) -> (ids [k], log-probs [k]), advance(token, e_r) -> e_r, root e_r)``.
-    ``top_m > 0``: the children of depth ``d`` are ranked among the top-M tokens of ``base_d``
-    (their ``W2`` rows gathered once per round), log-probs normalised over them; ``0``: over
-    the whole vocabulary. ``vocab_top_k(x, n) -> (values, indices)``: the builder's top-k over a
-    vocabulary (fenced; default ``lax.top_k``)."""
+def markov_first_order(w: MarkovHeadWeights, base_JV, root_token, *, top_m: int,
+                       vocab_top_k=None):
+    """The Markov head as the tree builder's first-order head (``first_order.FirstOrder``):
+    a node's state is ``W1[token]``; depth ``d``'s children are scored by ``base_d + W2 · e``
+    over the top-M tokens of ``base_d`` (``top_m > 0``; their ``W2`` rows gathered once per
+    round) or over the whole vocabulary (``0``). ``vocab_top_k(x, n) -> (values, indices)``:
+    the builder's top-k over a vocabulary (default ``lax.top_k``)."""
     f32 = jnp.float32
-    top_k = vocab_top_k or (lambda x, n: fenced(*jax.lax.top_k(x, n)))
     base_JV = base_JV.astype(f32)
+
+    def row_of(token):   # a tree token: a draft-vocabulary column
+        return markov_rows(w, w.target_ids(token))
+
+    root_r = markov_rows(w, jnp.asarray(root_token, jnp.int32))   # t0: a target id
 
     if top_m == 0:
         w2_Vr = w.w2.astype(f32)
+        return FirstOrder(lambda d, e_r: base_JV[d] + matmul_t(e_r, w2_Vr, _HIGHEST), row_of,
+                          None, root_r)
+    top_k = vocab_top_k or (lambda x, n: fenced(*jax.lax.top_k(x, n)))
+    baseC_JM, C_JM = top_k(base_JV, top_m)                 # candidates, once per round
+    w2C_JMr = gather_rows(w.w2, C_JM).astype(f32)
+    return FirstOrder(lambda d, e_r: baseC_JM[d] + matmul_t(e_r, w2C_JMr[d], _HIGHEST), row_of,
+                      C_JM.astype(jnp.int32), root_r)
 
-        def expand(depth, e_r):
-            c_V = base_JV[depth] + matmul_t(e_r, w2_Vr, _HIGHEST)
-            lp_k, idx_k = top_k(jax.nn.log_softmax(c_V), k)
-            return idx_k.astype(jnp.int32), lp_k
+
+def blended_logprobs(logprobs_BJ, confidence_BJ, share: float):
+    """Per-node log-scores of a chain whose cumulative score is ``log(share · S_d + (1 − share)
+    · Q_d)``: ``S_d`` the confidence head's survival to depth ``d`` (the product of its sigmoids),
+    ``Q_d`` the chain's path probability (``exp`` of the cumulative ``logprobs``); both fall
+    with depth, so the scores do."""
+    log_s_BJ = jnp.cumsum(jax.nn.log_sigmoid(confidence_BJ.astype(jnp.float32)), axis=1)
+    log_q_BJ = jnp.cumsum(logprobs_BJ.astype(jnp.float32), axis=1)
+    if share >= 1.0:
+        cum_BJ = log_s_BJ
     else:
-        baseC_JM, C_JM = top_k(base_JV, top_m)                # candidates, once per round
-        w2C_JMr = gather_rows(w.w2, C_JM).astype(f32)
-
-        def expand(depth, e_r):
-            c_M = baseC_JM[depth] + matmul_t(e_r, w2C_JMr[depth], _HIGHEST)
-            lp_k, idx_k = fenced(*jax.lax.top_k(jax.nn.log_softmax(c_M), k))
-            return C_JM[depth][idx_k].astype(jnp.int32), lp_k
-
-    def advance(token, e_r):   # a first-order head: the state is the token's row alone
-        del e_r
-        return markov_rows(w, w.target_ids(token))
-
-    return expand, advance, markov_rows(w, jnp.asarray(root_token, jnp.int32))
+        cum_BJ = jnp.logaddexp(jnp.log(share) + log_s_BJ, jnp.log1p(-share) + log_q_BJ)
+    return jnp.diff(cum_BJ, axis=1, prepend=0.0)
 
 
 def confidence_logits(cw: ConfidenceWeights, z_sH: jax.Array, e_sr: jax.Array | None):

@@ -1,7 +1,7 @@
 """DFlash2's additions to the DFlash block (docs/algorithm.md §3c): the in-block dynamic
 convolution around each drafter sublayer, and the pairwise path selector over each depth's top
 candidates. Every user imports them from here: the drafter's layers (``block_conv``), the
-``dflash2`` chain (``selector_chain``) and the ``dflash2tree`` builder (``selector_tree_parts``).
+``dflash2`` chain (``selector_chain``) and the ``dflash2tree`` builder (``selector_first_order``).
 
 **Convolution** (a layer's ``attention_conv`` / ``mlp_conv``: ``base_kernel [2, K, H]``,
 ``kernel_projection [2·K·G, H]``, ``G = H / g`` groups of ``g`` channels). From a sublayer's
@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from dominotree_jax.domino_head import gather_rows
 from dominotree_jax.fence import fenced
+from dominotree_jax.first_order import FirstOrder
 from dominotree_jax.linalg import matmul_t
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -101,21 +102,15 @@ def selector_chain(w: SelectorWeights, z_BJH, base_BJV, t0_B, top_k: int):
     return tok_JB.T, lp_JB.T
 
 
-def selector_tree_parts(w: SelectorWeights, z_JH, base_JV, root_token, *, k: int, top_k: int,
-                        vocab_top_k=None):
-    """The tree builder's ``(expand(depth, p_r) -> (ids [k], log-probs [k]), advance(token,
-    p_r) -> p_r, root p_r)``: a node's state is its token's ``P`` row (the root's: ``t0``'s);
-    children are the top ``k`` of ``log_softmax`` over the depth's candidates."""
+def selector_first_order(w: SelectorWeights, z_JH, base_JV, root_token, *, top_k: int,
+                         vocab_top_k=None):
+    """The path selector as the tree builder's first-order head (``first_order.FirstOrder``):
+    a node's state is its token's ``P`` row; depth ``d``'s children are scored over its
+    candidates (``selector_candidates``)."""
     U, C, S = selector_candidates(w, z_JH, base_JV, top_k, vocab_top_k)
 
-    def expand(depth, p_r):
-        lp = jax.nn.log_softmax(selector_scores(U[depth], S[depth], p_r))
-        lp_k, idx_k = fenced(*jax.lax.top_k(lp, k))
-        return C[depth][idx_k], lp_k
+    def row_of(token):
+        return gather_rows(w.pred, jnp.asarray(token, jnp.int32)).astype(jnp.float32)
 
-    def advance(token, p_r):
-        del p_r
-        return gather_rows(w.pred, token).astype(jnp.float32)
-
-    return expand, advance, gather_rows(w.pred, jnp.asarray(root_token, jnp.int32)).astype(
-        jnp.float32)
+    return FirstOrder(lambda d, p_r: selector_scores(U[d], S[d], p_r), row_of, C,
+                      row_of(root_token))

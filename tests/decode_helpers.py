@@ -86,3 +86,43 @@ def assert_equals_ar_on_a_batch(tcfg, dcfg, params, method: str, **kw):
                                                   **{**base, **kw}), prompt_lengths=lengths)
     np.testing.assert_array_equal(out.tokens, ar.tokens, err_msg=method)
     np.testing.assert_array_equal(out.num_tokens, ar.num_tokens, err_msg=method)
+
+
+def assert_scripted_drafts_fully_accepted(tcfg, dcfg, params, method: str, max_depth: int,
+                                          **kw):
+    """With the drafter's base logits scripted to the target's own continuation
+    (``spec_fixtures.scripted_drafter``; its head made neutral by the caller), ``method``
+    decodes ``ar``'s tokens and every round but the last accepts ``max_depth`` drafted tokens
+    plus the bonus (``kw``: more ``DecodeConfig`` settings)."""
+    from dominotree_jax import DecodeConfig
+    from spec_fixtures import scripted_drafter
+    prompt = jnp.array([3, 17, 5, 9, 33])
+    n = 30
+    ar = jit_decode()(params, prompt, config=DecodeConfig(target=tcfg, method="ar",
+                                                          max_new_tokens=n + 10))
+    seq = np.concatenate([np.asarray(prompt), np.asarray(ar.tokens[0])])
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=n, budget=8,
+                       node_topk=2, **kw)
+    with scripted_drafter(seq):
+        out = fresh_jit_decode()(params, prompt[None], None, config=cfg)
+    np.testing.assert_array_equal(out.tokens[0], ar.tokens[0, :n])
+    taus = np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])])
+    assert cfg.max_depth == max_depth
+    assert (taus[:-1] == max_depth + 1).all(), taus
+
+
+def assert_samples_follow_the_target(case, method: str, **kw):
+    """At T = 1 the first tokens of 20000 rows drafted by ``method`` pass a chi-square test
+    against the target's exact distribution (``case``: ``spec_fixtures.sampling_case``), and
+    drafts were accepted."""
+    from dominotree_jax import DecodeConfig
+    from spec_fixtures import first_tokens_chi_square_p
+    runs = 20000
+    tcfg, dcfg, params, prompt, exact = case
+    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=3,
+                       temperature=1.0, budget=6, node_topk=2, **kw)
+    out = jit_decode(SAMPLING_XLA)(params, jnp.tile(prompt, (runs, 1)), config=cfg,
+                                   key=jax.random.key(7))
+    p = first_tokens_chi_square_p(np.asarray(out.tokens), exact, tcfg.vocab_size)
+    assert p > 1e-3, (method, p)
+    assert int(np.asarray(out.accept_lengths).max()) > 1   # drafts were accepted

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -20,9 +19,10 @@ from dominotree_jax.model.state import flat_to_state, state_to_flat
 from dominotree_jax.model.target import bind_target
 from dominotree_jax.selector_head import block_conv, selector_chain
 
-from decode_helpers import (SAMPLING_XLA, assert_equals_ar_on_a_batch, fresh_jit_decode,
-                            jit_decode)
-from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
+from decode_helpers import (assert_equals_ar_on_a_batch,
+                            assert_samples_follow_the_target,
+                            assert_scripted_drafts_fully_accepted, jit_decode)
+from spec_fixtures import sampling_case, tiny_pair
 
 jdecode = jit_decode()
 
@@ -115,32 +115,12 @@ def test_oracle_reaches_the_longest_acceptance(method):
     sel = params["drafter"]["candidate_selector"]
     sel["successor_codebook"] = sel["successor_codebook"].replace(
         jnp.zeros_like(sel["successor_codebook"][...]))   # the selector keeps the base's order
-    prompt = jnp.array([3, 17, 5, 9, 33])
-    n = 30
-    ar = jdecode(params, prompt, config=DecodeConfig(target=tcfg, method="ar",
-                                                     max_new_tokens=n + 10))
-    seq = np.concatenate([np.asarray(prompt), np.asarray(ar.tokens[0])])
-    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=n, budget=8,
-                       node_topk=2)
-    with scripted_drafter(seq):
-        out = fresh_jit_decode()(params, prompt[None], None, config=cfg)
-    np.testing.assert_array_equal(out.tokens[0], ar.tokens[0, :n])
-    taus = np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])])
-    assert cfg.max_depth == dcfg.block_size - 1
-    assert (taus[:-1] == cfg.max_depth + 1).all(), taus
+    assert_scripted_drafts_fully_accepted(tcfg, dcfg, params, method, dcfg.block_size - 1)
 
 
 @pytest.mark.parametrize("method", ["dflash2", "dflash2tree"])
 def test_sampling_matches_the_target_distribution(method):
-    runs = 20000
-    tcfg, dcfg, params, prompt, exact = sampling_case(dflash2=True)
-    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=3,
-                       temperature=1.0, budget=6, node_topk=2)
-    out = jit_decode(SAMPLING_XLA)(params, jnp.tile(prompt, (runs, 1)), config=cfg,
-                                   key=jax.random.key(7))
-    p = first_tokens_chi_square_p(np.asarray(out.tokens), exact, tcfg.vocab_size)
-    assert p > 1e-3, (method, p)
-    assert int(np.asarray(out.accept_lengths).max()) > 1
+    assert_samples_follow_the_target(sampling_case(dflash2=True), method)
 
 
 def test_dflash2_settings_are_checked():

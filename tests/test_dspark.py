@@ -26,9 +26,10 @@ from dominotree_jax.markov_head import corrected_logits, markov_chain
 from dominotree_jax.model.drafter import bind_drafter, drafter_graphdef, restrict_to_draft_vocab
 
 import released_layouts as rl
-from decode_helpers import (SAMPLING_XLA, assert_equals_ar_on_a_batch, fresh_jit_decode,
-                            jit_decode)
-from spec_fixtures import first_tokens_chi_square_p, sampling_case, scripted_drafter, tiny_pair
+from decode_helpers import (assert_equals_ar_on_a_batch,
+                            assert_samples_follow_the_target,
+                            assert_scripted_drafts_fully_accepted, jit_decode)
+from spec_fixtures import sampling_case, tiny_pair
 
 jdecode = jit_decode()
 
@@ -134,32 +135,13 @@ def test_oracle_reaches_the_longest_acceptance(method):
     tcfg, dcfg, params = tiny_pair(dspark=True)
     params["drafter"]["markov_head"] = jax.tree.map(jnp.zeros_like,
                                                      params["drafter"]["markov_head"])
-    prompt = jnp.array([3, 17, 5, 9, 33])
-    n = 30
-    ar = jdecode(params, prompt, config=DecodeConfig(target=tcfg, method="ar",
-                                                     max_new_tokens=n + 10))
-    seq = np.concatenate([np.asarray(prompt), np.asarray(ar.tokens[0])])
-    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=n, budget=8,
-                       node_topk=2, top_m=16)
-    with scripted_drafter(seq):
-        out = fresh_jit_decode()(params, prompt[None], None, config=cfg)
-    np.testing.assert_array_equal(out.tokens[0], ar.tokens[0, :n])
-    taus = np.asarray(out.accept_lengths[0, :int(out.num_rounds[0])])
-    assert cfg.max_depth == dcfg.block_size
-    assert (taus[:-1] == cfg.max_depth + 1).all(), taus
+    assert_scripted_drafts_fully_accepted(tcfg, dcfg, params, method, dcfg.block_size,
+                                          top_m=16)
 
 
 @pytest.mark.parametrize("method", ["dspark", "dsparktree"])
 def test_sampling_matches_the_target_distribution(method):
-    runs = 20000
-    tcfg, dcfg, params, prompt, exact = sampling_case(dspark=True)
-    cfg = DecodeConfig(target=tcfg, drafter=dcfg, method=method, max_new_tokens=3,
-                       temperature=1.0, budget=6, node_topk=2, top_m=0)
-    out = jit_decode(SAMPLING_XLA)(params, jnp.tile(prompt, (runs, 1)), config=cfg,
-                                   key=jax.random.key(7))
-    p = first_tokens_chi_square_p(np.asarray(out.tokens), exact, tcfg.vocab_size)
-    assert p > 1e-3, (method, p)
-    assert int(np.asarray(out.accept_lengths).max()) > 1   # drafts were accepted
+    assert_samples_follow_the_target(sampling_case(dspark=True), method, top_m=0)
 
 
 def test_methods_need_their_head_and_dspark_refuses_what_it_cannot_run():

@@ -14,6 +14,7 @@ last test runs the real SmolLM2 pair on multi-turn chat prompts (``<|im_end|>`` 
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -222,6 +223,14 @@ def test_trainer_logprobs_are_the_trainers_bits(pair, prompt_pads):
     for a, b in zip(plain.tokens, out.tokens):   # the same samples either way
         np.testing.assert_array_equal(a, b)
     assert any(not np.array_equal(a, b) for a, b in zip(plain.logprobs, out.logprobs))
+    # after a policy update the trainer's program runs on the new parameters
+    tcfg, dcfg, params = pair
+    moved = jax.tree.map(lambda w: w * 1.01, params["target"])
+    eng.update_params(moved)
+    new = trainer_logps(actor((tcfg, dcfg, {**params, "target": moved}), prompt_pads), prompt,
+                        completion, rc.temperature)
+    np.testing.assert_array_equal(np.asarray(eng.get_per_token_logps(prompt, completion)), new)
+    assert not np.array_equal(new, theirs)
     with pytest.raises(ValueError, match="trainer_logprobs computes the trainer's bits"):
         engine(pair, prompt_pads, rc, trainer_logprobs=True, precision="bfloat16")
 

@@ -19,7 +19,7 @@ from dominotree_jax.decoding import lookup
 from dominotree_jax.decoding.config import CHAIN_METHODS, DecodeConfig
 from dominotree_jax.decoding.stages import STAGE_DRAFT, STAGE_TREE
 from dominotree_jax.domino_head import dflash_chain, domino_chain
-from dominotree_jax.markov_head import markov_chain
+from dominotree_jax.markov_head import blended_logprobs, markov_chain
 from dominotree_jax.model.drafter import bind_drafter
 from dominotree_jax.tree import Tree, build_tree_from_head, chain_tree, tree_attention
 from dominotree_jax.selector_head import selector_chain
@@ -118,20 +118,6 @@ def chain_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,
     if not config.lookup_paths:
         return draft_from_tree(chain_tree(tokens_BJ, logprobs_BJ))
     return draft_from_tree(lookup.merge_into_chain(tokens_BJ, logprobs_BJ, paths))
-
-
-def blended_logprobs(logprobs_BJ, confidence_BJ, share: float):
-    """Per-node log-scores of a chain whose cumulative score is ``log(share · S_d + (1 − share)
-    · Q_d)``: ``S_d`` the confidence head's survival to depth ``d`` (the product of its sigmoids),
-    ``Q_d`` the chain's path probability (``exp`` of the cumulative ``logprobs``); both fall
-    with depth, so the scores do."""
-    log_s_BJ = jnp.cumsum(jax.nn.log_sigmoid(confidence_BJ.astype(jnp.float32)), axis=1)
-    log_q_BJ = jnp.cumsum(logprobs_BJ.astype(jnp.float32), axis=1)
-    if share >= 1.0:
-        cum_BJ = log_s_BJ
-    else:
-        cum_BJ = jnp.logaddexp(jnp.log(share) + log_s_BJ, jnp.log1p(-share) + log_q_BJ)
-    return jnp.diff(cum_BJ, axis=1, prepend=0.0)
 
 
 def tree_draft(config: DecodeConfig, target, drafter, z_BJH, base_BJV, t0_B,

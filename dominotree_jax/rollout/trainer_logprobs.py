@@ -28,16 +28,22 @@ def padded_completions(tokens: list, width: int, pad_id: int) -> np.ndarray:
     return out
 
 
-def trainer_per_token_logps(tcfg, target_params, model_pad, prompt_BT, completion_BY,
-                            pad_id: int, eos_id: int, temperature: float):
-    """``[B, Y]`` tunix's ``compute_per_token_logps`` of the completions under a
-    ``TunixCausalLM(tcfg, target_params, model_pad)`` (the policy as the trainer holds it)."""
-    import jax.numpy as jnp
+def trainer_model(tcfg, target_params, model_pad):
+    """``(graphdef, state)`` of a ``TunixCausalLM(tcfg, target_params, model_pad)``: the policy
+    as the trainer holds it (built once per parameter update, ``trainer_per_token_logps``)."""
     from flax import nnx
-    from tunix.rl import common
 
     from dominotree_jax.rollout.tunix_model import TunixCausalLM
-    graphdef, state = nnx.split(TunixCausalLM.from_params(tcfg, target_params, model_pad))
+    return nnx.split(TunixCausalLM.from_params(tcfg, target_params, model_pad))
+
+
+def trainer_per_token_logps(model, prompt_BT, completion_BY, pad_id: int, eos_id: int,
+                            temperature: float):
+    """``[B, Y]`` tunix's ``compute_per_token_logps`` of the completions under ``model``
+    (``trainer_model``'s ``(graphdef, state)``)."""
+    import jax.numpy as jnp
+    from tunix.rl import common
+    graphdef, state = model
     return common.compute_per_token_logps(graphdef, state, jnp.asarray(prompt_BT),
                                           jnp.asarray(completion_BY), pad_id=int(pad_id),
                                           eos_id=int(eos_id), temperature=float(temperature))

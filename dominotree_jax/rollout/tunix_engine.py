@@ -96,7 +96,8 @@ from dominotree_jax.rollout.engine_programs import (RolloutPrograms, decode_conf
 from dominotree_jax.rollout.engine_tokenizer import RolloutTokenizer
 from dominotree_jax.rollout.placement import BatchPlacement
 from dominotree_jax.rollout.prompt_history import PromptHistory
-from dominotree_jax.rollout.trainer_logprobs import padded_completions, trainer_per_token_logps
+from dominotree_jax.rollout.trainer_logprobs import (padded_completions, trainer_model,
+                                                      trainer_per_token_logps)
 from dominotree_jax.rollout.tunix_model import TunixCausalLM
 from dominotree_jax.rollout.tunix_types import BaseRollout, RolloutConfig, RolloutOutput
 
@@ -172,6 +173,7 @@ class DominoTreeRollout(BaseRollout):
                           else Precision.of(precision))
         held, held_drafter = self.precision.narrowed(params, drafter_params)
         self.trainer_logprobs = bool(trainer_logprobs)
+        self._trainer_model = None   # (the target parameters it was built from, the model)
         if self.trainer_logprobs and held is not params:
             raise ValueError("trainer_logprobs computes the trainer's bits from the parameters "
                              f"the engine holds; this engine rolls out a {self.precision} "
@@ -318,9 +320,12 @@ class DominoTreeRollout(BaseRollout):
         if temperature is None:
             temperature = self._last_temperature
         if self.trainer_logprobs:
-            return trainer_per_token_logps(self.tcfg, self._params["target"], self._model_pad,
-                                           prompt_tokens, completion_tokens, self.pad_id(),
-                                           self.eos_id(), float(temperature))
+            held = self._params["target"]
+            if self._trainer_model is None or self._trainer_model[0] is not held:
+                self._trainer_model = (held, trainer_model(self.tcfg, held, self._model_pad))
+            return trainer_per_token_logps(self._trainer_model[1], prompt_tokens,
+                                           completion_tokens, self.pad_id(), self.eos_id(),
+                                           float(temperature))
         return self.programs.per_token_logps(self._params["target"], prompt_tokens,
                                              completion_tokens, int(self.pad_id()),
                                              float(temperature))

@@ -32,10 +32,10 @@ Children distributions:
   vocabulary.
 - ``"dsparktree"`` (conditional on the parent's token): every depth's children from
   ``base_d + W2 · W1[token]`` of the node they hang from (the root: ``t0``), DSpark's Markov head
-  (``markov_head.markov_tree_parts``; ``head`` is its ``MarkovHeadWeights``); the state a pop
+  (``markov_head.markov_first_order``; ``head`` is its ``MarkovHeadWeights``); the state a pop
   keeps is ``W1[token]``; the same top-M candidates, in jnp (no kernel); ``prefix_len`` unused.
 - ``"dflash2tree"`` (conditional on the parent's token): DFlash2's path selector
-  (``selector_head.selector_tree_parts``; ``head`` its ``SelectorWeights``, ``top_m`` its
+  (``selector_head.selector_first_order``; ``head`` its ``SelectorWeights``, ``top_m`` its
   candidates per depth): a node's state is ``P[token]``, its children the top ``k`` of the
   pair scores over the depth's candidates.
 
@@ -54,8 +54,9 @@ import jax.numpy as jnp
 from dominotree_jax.domino_head import (DominoHeadWeights, expand_split, gather_rows,
                                         gru_advance, gru_root_state, split_projection)
 from dominotree_jax.fence import fenced
-from dominotree_jax.markov_head import MarkovHeadWeights, markov_tree_parts
-from dominotree_jax.selector_head import SelectorWeights, selector_tree_parts
+from dominotree_jax.first_order import first_order_parts
+from dominotree_jax.markov_head import MarkovHeadWeights, markov_first_order
+from dominotree_jax.selector_head import SelectorWeights, selector_first_order
 from dominotree_jax.tree.topk import vocab_top_k
 from pallas_kernels.topm_expand import pad_operands, resolve_use_pallas
 
@@ -192,17 +193,16 @@ def _build_tree(base_logits, hidden, root_token, head: DominoHeadWeights | None,
     if corrected and not conditional:   # condstatic: per-depth children along the greedy path
         marg_ids_Jk, marg_lp_Jk = _static_corrected_children(
             marg_ids_Jk, marg_lp_Jk, expand, advance, root_state, prefix_len)
-    if selector:
-        if not isinstance(head, SelectorWeights):
+    if selector or markov:   # first-order heads: a node's children after its own token
+        if selector and not isinstance(head, SelectorWeights):
             raise ValueError(f"{method} needs the path selector's weights (SelectorWeights)")
-        expand, advance, root_state = selector_tree_parts(head, hidden, base_JV, root_token,
-                                                          k=k, top_k=top_m, vocab_top_k=_top_k)
-        conditional, prefix_len, G = True, 0, root_state.shape[-1]
-    elif markov:
-        if not isinstance(head, MarkovHeadWeights):
+        if markov and not isinstance(head, MarkovHeadWeights):
             raise ValueError(f"{method} needs the Markov head's weights (MarkovHeadWeights)")
-        expand, advance, root_state = markov_tree_parts(head, base_JV, root_token, k=k,
-                                                        top_m=top_m, vocab_top_k=_top_k)
+        first_order = (selector_first_order(head, hidden, base_JV, root_token, top_k=top_m,
+                                            vocab_top_k=_top_k) if selector else
+                       markov_first_order(head, base_JV, root_token, top_m=top_m,
+                                          vocab_top_k=_top_k))
+        expand, advance, root_state = first_order_parts(first_order, k=k, vocab_top_k=_top_k)
         conditional, prefix_len, G = True, 0, root_state.shape[-1]
     elif not conditional:
         G = 1
