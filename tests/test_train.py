@@ -172,6 +172,33 @@ def test_soft_targets_and_warm_start(setup):
     w.close()
 
 
+def test_tv_term_is_the_l1_to_the_target_distribution(setup):
+    """``tv``: each head's term is ``(1-tv)·CE + tv·‖softmax(head) − p_target‖₁``; at ``tv =
+    1`` and λ = 0 the loss is the depth-weighted mean of the corrected head's L1 (NumPy)."""
+    from dominotree_jax.train.loss import block_logits, depth_weights
+    root, target, ds, train_ids, _ = setup
+    b = jax.tree.map(jnp.asarray, D.make_batch(ds, train_ids[:4], anchors=4, block=4,
+                                               rng=np.random.default_rng(5)))
+    a = _trainer(setup, "tv", 1)
+    state = a.params
+    a.close()
+    hard = loss_and_metrics(DCFG, TCFG, state, target.params, b, 0.0, 4.0)[0]
+    mixed = loss_and_metrics(DCFG, TCFG, state, target.params, b, 0.0, 4.0, tv=0.9)[0]
+    tv = loss_and_metrics(DCFG, TCFG, state, target.params, b, 0.0, 4.0, tv=1.0)[0]
+    np.testing.assert_allclose(float(mixed), 0.1 * float(hard) + 0.9 * float(tv), rtol=1e-4)
+    blocks = block_logits(DCFG, TCFG, state, target.params, b)
+    corr = np.asarray(blocks.corr, np.float64)
+    q = np.exp(corr - corr.max(-1, keepdims=True))
+    q /= q.sum(-1, keepdims=True)
+    p_t = np.asarray(jax.nn.softmax(target_soft_logits(TCFG, target.params, b), -1), np.float64)
+    l1 = np.abs(q - p_t).sum(-1)
+    w = np.asarray(depth_weights(corr.shape[1], 4.0))[None, :] * (np.asarray(blocks.targets) >= 0)
+    np.testing.assert_allclose(float(tv), (w * l1).sum() / w.sum(), rtol=1e-4)
+    assert 0.0 < float(tv) < 2.0 and abs(float(tv) - float(hard)) > 1e-3
+    with pytest.raises(ValueError, match="tv must lie in"):
+        Trainer(DCFG, TCFG, target.params, ds, train_ids, TrainConfig(tv=1.5), str(root / "x"))
+
+
 def test_heldout_curve_logged(setup):
     root, target, ds, _, held = setup
     tr = _trainer(setup, "curve", 4)

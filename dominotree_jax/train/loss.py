@@ -219,7 +219,7 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
                      gamma: float | None = 7.0, vocab_ids=None, vocab_index=None,
                      soft: float = 0.0, soft_topk: float = 0.0, until_fail: bool = False,
                      until_fail_floor: float = 0.0, dspark: DSparkLoss = DSparkLoss(),
-                     selector_weight: float = 1.0):
+                     selector_weight: float = 1.0, tv: float = 0.0):
     """Curriculum loss and metrics (docs/algorithm.md §6, docs/training.md).
 
     ``vocab_ids``/``vocab_index`` (token → column or -1, [V]) restrict the softmax to a
@@ -228,7 +228,9 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
     distribution)`` (needs ``batch["hidden"]``, ``batch["soft_pos"]``). ``soft_topk`` does the
     same with the stored top-k target logits: ``(1-soft_topk)·CE + soft_topk·KL(renormalised
     top-k ‖ head)`` where top-k logits are stored, plain CE elsewhere (needs
-    ``batch["topk_ids"]``). ``until_fail``: each head's terms are weighted by
+    ``batch["topk_ids"]``). ``tv``: each head's term becomes ``(1-tv)·term + tv·‖softmax(head)
+    − p_target‖₁`` (twice the total variation to the target's distribution, as DSpark trains:
+    ``tv = 0.9`` is its 0.1 CE + 0.9 L1 mix). ``until_fail``: each head's terms are weighted by
     ``until_fail_mask`` of that head's own greedy correctness (the base head by the DFlash
     chain, the corrected head by the Domino chain), so the loss stops after the first wrong
     depth of each block; the normaliser stays ``Σ w_d`` over valid labels. A DSpark drafter's
@@ -244,9 +246,9 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
     if dcfg.draft_vocab_size is not None:   # columns = the drafter's draft vocabulary
         vocab_ids = dparams["d2t"][...]
         vocab_index = draft_column_index(vocab_ids, tcfg.vocab_size)
-    if (dcfg.is_dspark or dcfg.is_dflash2) and (soft or soft_topk or until_fail):
+    if (dcfg.is_dspark or dcfg.is_dflash2) and (soft or soft_topk or until_fail or tv):
         raise ValueError("a DSpark drafter trains with its own loss mix (DSparkLoss): drop "
-                         "soft, soft_topk and until_fail")
+                         "soft, soft_topk, tv and until_fail")
     blocks = block_logits(dcfg, tcfg, dparams, tparams, batch, vocab_ids)
     base, corr, tgt = blocks.base, blocks.corr, blocks.targets
     valid = tgt >= 0          # a label exists (a label outside the columns counts as missed)
@@ -268,6 +270,10 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
         mix = soft_topk * has.astype(jnp.float32)
         hb = (1.0 - mix) * ce_b + soft_topk * _topk_kl(base, cols, p_k, has)
         hc = (1.0 - mix) * ce_c + soft_topk * _topk_kl(corr, cols, p_k, has)
+    if tv:
+        p_t = jax.nn.softmax(target_soft_logits(tcfg, tparams, batch, vocab_ids), axis=-1)
+        hb = (1.0 - tv) * hb + tv * _l1(base, p_t)
+        hc = (1.0 - tv) * hc + tv * _l1(corr, p_t)
     extra = {}
     if dcfg.is_dspark:
         hc, extra = _dspark_terms(dcfg, tcfg, dparams, tparams, batch, blocks, ce_c, vocab_ids,
@@ -322,11 +328,16 @@ def _selector_terms(dcfg, dparams, blocks: Blocks, tgt_AJ, vocab_ids):
     return ce_AJ, right_AJ
 
 
+def _l1(logits, p_target):
+    """``‖softmax(logits) − p_target‖₁`` over the last axis (2 × the total variation)."""
+    return jnp.sum(jnp.abs(jax.nn.softmax(logits, axis=-1) - p_target), axis=-1)
+
+
 def _dspark_terms(dcfg, tcfg, dparams, tparams, batch, blocks: Blocks, ce_AJ, vocab_ids,
                   weights: DSparkLoss):
     """``(per-depth loss [A, J], {metric: [A, J]})`` of a DSpark drafter's corrected head."""
     p_t = jax.nn.softmax(target_soft_logits(tcfg, tparams, batch, vocab_ids), axis=-1)
-    l1_AJ = jnp.sum(jnp.abs(jax.nn.softmax(blocks.corr, axis=-1) - p_t), axis=-1)
+    l1_AJ = _l1(blocks.corr, p_t)
     alpha_AJ = jax.lax.stop_gradient(jnp.clip(1.0 - 0.5 * l1_AJ, 0.0, 1.0))
     per_AJ = weights.ce * ce_AJ + weights.l1 * l1_AJ
     extra = {"l1": l1_AJ, "alpha": alpha_AJ}

@@ -448,6 +448,9 @@ def parse_args(argv=None):
                    "head's first wrong depth")
     p.add_argument("--until-fail-floor", type=float, default=t.until_fail_floor,
                    help="weight kept by the depths after the first wrong one")
+    p.add_argument("--tv", type=float, default=t.tv,
+                   help="weight of the L1 distance to the target's distribution (DSpark's "
+                   "loss on any drafter: 0.9 = its 0.1 CE + 0.9 L1)")
     p.add_argument("--soft-topk", type=float, default=t.soft_topk,
                    help="weight of KL to the stored top-k target logits (data collected "
                    "with --store-topk)")

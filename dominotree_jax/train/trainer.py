@@ -75,6 +75,7 @@ class TrainConfig:
     until_fail: bool = False     # accept-until-fail weighting per head
     until_fail_floor: float = 0.0
     soft_topk: float = 0.0    # weight of KL to the stored, renormalised top-k target logits
+    tv: float = 0.0           # weight of the L1 to the target's distribution (train/loss.py)
     # a DSpark drafter's loss terms (train/loss.py ``DSparkLoss``; DeepSpec's defaults)
     dspark_ce: float = 0.1
     dspark_l1: float = 0.9
@@ -127,7 +128,7 @@ def check_train_config(tc: TrainConfig) -> None:
     if tc.anchor_mode not in ANCHOR_MODES:
         raise ValueError(f"anchor_mode must be one of {ANCHOR_MODES}, got {tc.anchor_mode!r}")
     for name in ("lam_hold", "lam_ramp", "lam_end", "until_fail_floor", "soft", "soft_topk",
-                 "backbone_lr"):
+                 "tv", "backbone_lr"):
         v = getattr(tc, name)
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"{name} must lie in [0, 1], got {v}")
@@ -235,7 +236,7 @@ def _train_step_impl(flat, opt_state, batch, step, tparams, vocab_ids, vocab_ind
                                 tc.gamma, vocab_ids, vocab_index, tc.soft,
                                 soft_topk=tc.soft_topk, until_fail=tc.until_fail,
                                 until_fail_floor=tc.until_fail_floor, dspark=tc.dspark_loss,
-                                selector_weight=tc.selector_loss)
+                                selector_weight=tc.selector_loss, tv=tc.tv)
 
     (loss, m), grads = jax.value_and_grad(f, has_aux=True)(flat)
     updates, opt_state = opt.update(grads, opt_state, flat)
