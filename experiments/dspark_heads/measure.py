@@ -118,16 +118,24 @@ def main(argv=None):
                                 for s, (e, n) in errors[share].items()}
                                for share in errors}}
         print(json.dumps(rows[f"T={T}"], indent=1), flush=True)
-    out = {"command": "python -m experiments.dspark_heads.measure "
+    run = {"command": "python -m experiments.dspark_heads.measure "
                       f"--drafter {args.drafter} --prompts {args.prompts} --new {args.new} "
-                      f"--temperatures {args.temperatures}",
+                      f"--temperatures {args.temperatures}"
+                      + (f" --arms {args.arms}" if args.arms else "")
+                      + (" --no-predictors" if args.no_predictors else ""),
            "machine": f"{cpu_model()} ({bf16_units()}), 2 cores, {platform.node()}",
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "note": "tau = committed tokens per round (first token excluded); x_ar: tok/s over "
-                   "ar's on the same prompts; float32; dspark/dsparktree: the DSpark heads on "
-                   "v5's backbone", "results": rows}
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    merged = {"note": "tau = committed tokens per round (first token excluded); x_ar: tok/s "
+                      "over ar's on the same prompts in the same process; float32; "
+                      "dspark/dsparktree: the DSpark heads on v5's backbone; one process per "
+                      "temperature (runs)", "runs": [], "results": {}}
+    if os.path.exists(args.out):   # one process per temperature: results accumulate
+        with open(args.out) as f:
+            merged = json.load(f)
+    merged["runs"].append(run)
+    merged["results"].update(rows)
     with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+        json.dump(merged, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,140 @@
+"""E2 and E3 of issue 67: recipe arms and capacity at equal labels, each a short continuation of
+the shipped v5 drafter (fresh AdamW moments, a constant low learning rate after a short warmup,
+v5's data, features computed per batch as v5 trained, batch 4 x 48 anchors, bf16).
+
+Arms (``ARMS``): ``control`` (v5's recipe at its end: γ 7, λ 0.2, hard labels), ``gamma4``
+(γ 4, λ 0), ``soft`` (the target's distribution as the label, ``soft = 1``), ``tv`` (DSpark's
+0.9 L1 + 0.1 CE), ``layers4`` (E3: the control with 4 drafter layers, the two new ones grown
+as identities by ``train.grow.grow_layers``).
+
+    python -m experiments.drafter_v6.e2_arms train --arm control --steps 400 --minutes 60
+    python -m experiments.drafter_v6.e2_arms evaluate --n 40
+
+``train`` resumes from ``runs/v6-e2/<arm>/ckpt`` (within a host); its curve is copied to
+``e2_logs/<arm>.csv`` here. ``evaluate`` measures teacher-forced chain τ of v5 and of every
+trained arm on the benchmark sets' prompts (never training data) and writes ``e2_results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNS = "runs/v6-e2"
+CONTROL = dict(gamma=7.0, curriculum=True, lam_hold=0.0, lam_ramp=0.0, lam_end=0.2)
+ARMS = {"control": CONTROL,
+        "gamma4": dict(gamma=4.0, curriculum=False),
+        "soft": dict(CONTROL, soft=1.0),
+        "tv": dict(CONTROL, tv=0.9),
+        "layers4": CONTROL}
+LAYERS = {"layers4": 4}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("mode", choices=("train", "evaluate"))
+    p.add_argument("--arm", choices=tuple(ARMS), help="(train) the arm")
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--lr", type=float, default=6e-5, help="constant after the warmup (v5's "
+                   "final rate: 6e-4 x its min_lr_frac 0.1)")
+    p.add_argument("--minutes", type=float, default=None, help="(train) stop after this")
+    p.add_argument("--n", type=int, default=40, help="(evaluate) prompts per benchmark set")
+    return p.parse_args(argv)
+
+
+def build(arm: str, steps: int, lr: float):
+    """``(target, Trainer)`` of one arm."""
+    from convert.drafter import load_drafter
+    from dominotree_jax.assets import smollm2_drafter_path
+    from dominotree_jax.model.state import state_to_flat
+    from dominotree_jax.train.features import OnTheFlyFeatures
+    from dominotree_jax.train.grow import grow_layers
+    from dominotree_jax.train.run import RunSettings, load_target
+    from dominotree_jax.train.trainer import TrainConfig, Trainer
+    from experiments.smollm2_campaign.campaign import DEFAULT_SOURCE_WEIGHTS
+
+    target = load_target()
+    dcfg, v5_params = load_drafter(smollm2_drafter_path(), dtype="float32",
+                                   target_cfg=target.config)
+    flat = {k: np.asarray(v) for k, v in state_to_flat(v5_params).items()}
+    if arm in LAYERS:
+        dcfg, flat = grow_layers(dcfg, flat, LAYERS[arm])
+    tc = TrainConfig(steps=steps, batch=4, anchors=48, anchor_mode="all", lr=lr, warmup=20,
+                     min_lr_frac=1.0, weight_decay=0.01, precision="bfloat16",
+                     ckpt_every_s=300.0, **ARMS[arm])
+    settings = RunSettings(train=tc, trim_loops=16, feature_precision="bfloat16",
+                           taps=dcfg.target_layer_ids)
+    ds = settings.dataset(target, OnTheFlyFeatures(target.config, target.params,
+                                                   dcfg.target_layer_ids, precision="bfloat16"))
+    train_ids, _ = ds.split(settings.heldout_pct)
+    weights = dict(DEFAULT_SOURCE_WEIGHTS)
+    seq_w = np.asarray([weights.get(ds.sources[int(j)], 1.0) for j in train_ids])
+    out = os.path.join(RUNS, arm)
+    tr = Trainer(dcfg, target.config, target.params, ds, train_ids, tc,
+                 os.path.join(out, "ckpt"), log_dir=out, progress=False,
+                 vocab_ids=np.asarray(v5_params["d2t"][...]), init_flat=flat, seq_weights=seq_w)
+    return target, tr
+
+
+def train(args):
+    _, tr = build(args.arm, args.steps, args.lr)
+    deadline = None if args.minutes is None else time.time() + 60 * args.minutes
+    t0, s0 = time.time(), tr.step
+    tr.fit(deadline=deadline)
+    print(f"{args.arm}: steps {s0} -> {tr.step} in {time.time() - t0:.0f} s", flush=True)
+    tr.close()
+    os.makedirs(os.path.join(HERE, "e2_logs"), exist_ok=True)
+    shutil.copy(os.path.join(RUNS, args.arm, "train_log.csv"),
+                os.path.join(HERE, "e2_logs", f"{args.arm}.csv"))
+
+
+def evaluate(args):
+    from convert.drafter import load_drafter
+    from dominotree_jax.assets import smollm2_drafter_path
+    from dominotree_jax.measure.timing import bf16_units, cpu_model
+    from dominotree_jax.train.eval.acceptance import BenchmarkEval
+    from dominotree_jax.train.run import load_target
+    target = load_target()
+    v5 = load_drafter(smollm2_drafter_path(), dtype="float32", target_cfg=target.config)
+    ev = BenchmarkEval(target, v5[0].target_layer_ids, n=args.n, anchors=24,
+                       precision="bfloat16")
+    rows, steps = {"v5 (start)": ev(*v5)}, {}
+    print("v5", json.dumps(rows["v5 (start)"]), flush=True)
+    for arm in ARMS:
+        if not os.path.isdir(os.path.join(RUNS, arm, "ckpt")):
+            continue
+        _, tr = build(arm, args.steps, args.lr)
+        rows[arm], steps[arm] = ev(tr.dcfg, tr.params), int(tr.step)
+        tr.close()
+        print(arm, steps[arm], json.dumps(rows[arm]), flush=True)
+    out = {"command": f"python -m experiments.drafter_v6.e2_arms evaluate --n {args.n}",
+           "machine": f"{cpu_model()} ({bf16_units()}), 2 cores",
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "arms": {a: {**ARMS[a], "layers": LAYERS.get(a, 2)} for a in steps},
+           "steps": steps, "lr": args.lr,
+           "note": "teacher-forced chain tau (corrected head) on the target's greedy answers "
+                   "to n prompts per set, 24 anchors a sequence (BenchmarkEval); every arm "
+                   "continues v5 with fresh moments for the same steps and labels",
+           "teacher_forced_chain_tau": rows}
+    with open(os.path.join(HERE, "e2_results.json"), "w") as f:
+        json.dump(out, f, indent=1)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.mode == "train":
+        if args.arm is None:
+            raise SystemExit("train needs --arm")
+        train(args)
+    else:
+        evaluate(args)
+
+
+if __name__ == "__main__":
+    main()
