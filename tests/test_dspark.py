@@ -229,7 +229,7 @@ def test_confidence_share_sets_the_chain_scores():
         np.testing.assert_array_equal(draft.tokens_BN, toks)
         np.testing.assert_allclose(np.exp(np.asarray(draft.scores_BN, np.float64)), want,
                                    rtol=1e-5, atol=1e-7)
-    assert DecodeConfig(target=tcfg, drafter=dcfg, method="dspark").confidence_weight == 1.0
+    assert DecodeConfig(target=tcfg, drafter=dcfg, method="dspark").confidence_weight == 0.0
     with pytest.raises(ValueError, match="needs method 'dspark'"):
         DecodeConfig(target=tcfg, drafter=dcfg, method="dsparktree", confidence_share=0.5)
     with pytest.raises(ValueError, match=r"lie in \[0, 1\]"):

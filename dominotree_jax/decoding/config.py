@@ -20,8 +20,9 @@ DOMINO_METHODS = ("domino",) + CORRECTED_TREE_METHODS
 DSPARK_METHODS = ("dspark",) + MARKOV_TREE_METHODS
 DFLASH2_METHODS = ("dflash2",) + SELECTOR_TREE_METHODS
 # a dspark chain's node scores: this share of the confidence head's survival, the rest path
-# probability (DecodeConfig.confidence_share's default with a confidence head)
-CONFIDENCE_SHARE = 1.0
+# probability (DecodeConfig.confidence_share's default with a confidence head). 0: path
+# probability predicted SmolLM2's rounds better (experiments/dspark_heads/decoded.json)
+CONFIDENCE_SHARE = 0.0
 # "lookup": no drafter, the draft is copied from the prompt and the text so far (lookup.py)
 METHODS = ("ar",) + CHAIN_METHODS + TREE_METHODS + ("lookup",)
 DRAFTER_METHODS = CHAIN_METHODS + TREE_METHODS

@@ -53,11 +53,10 @@ def build(arm: str, steps: int, lr: float):
     from convert.drafter import load_drafter
     from dominotree_jax.assets import smollm2_drafter_path
     from dominotree_jax.model.state import state_to_flat
-    from dominotree_jax.train.features import OnTheFlyFeatures
     from dominotree_jax.train.grow import grow_layers
-    from dominotree_jax.train.run import RunSettings, load_target
-    from dominotree_jax.train.trainer import TrainConfig, Trainer
-    from experiments.smollm2_campaign.campaign import DEFAULT_SOURCE_WEIGHTS
+    from dominotree_jax.train.run import load_target
+    from dominotree_jax.train.trainer import TrainConfig
+    from experiments.smollm2_campaign.continuation import continuation_trainer
 
     target = load_target()
     dcfg, v5_params = load_drafter(smollm2_drafter_path(), dtype="float32",
@@ -68,17 +67,8 @@ def build(arm: str, steps: int, lr: float):
     tc = TrainConfig(steps=steps, batch=4, anchors=48, anchor_mode="all", lr=lr, warmup=20,
                      min_lr_frac=1.0, weight_decay=0.01, precision="bfloat16",
                      ckpt_every_s=300.0, **ARMS[arm])
-    settings = RunSettings(train=tc, trim_loops=16, feature_precision="bfloat16",
-                           taps=dcfg.target_layer_ids)
-    ds = settings.dataset(target, OnTheFlyFeatures(target.config, target.params,
-                                                   dcfg.target_layer_ids, precision="bfloat16"))
-    train_ids, _ = ds.split(settings.heldout_pct)
-    weights = dict(DEFAULT_SOURCE_WEIGHTS)
-    seq_w = np.asarray([weights.get(ds.sources[int(j)], 1.0) for j in train_ids])
-    out = os.path.join(RUNS, arm)
-    tr = Trainer(dcfg, target.config, target.params, ds, train_ids, tc,
-                 os.path.join(out, "ckpt"), log_dir=out, progress=False,
-                 vocab_ids=np.asarray(v5_params["d2t"][...]), init_flat=flat, seq_weights=seq_w)
+    tr = continuation_trainer(target, dcfg, flat, tc, os.path.join(RUNS, arm),
+                              v5_params["d2t"][...])
     return target, tr
 
 

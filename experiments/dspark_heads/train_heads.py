@@ -43,11 +43,10 @@ def build(args):
     from convert.drafter import load_drafter
     from dominotree_jax.assets import smollm2_drafter_path
     from dominotree_jax.model.state import state_to_flat
-    from dominotree_jax.train.features import OnTheFlyFeatures
     from dominotree_jax.train.grow import with_dspark_heads
-    from dominotree_jax.train.run import RunSettings, load_target
-    from dominotree_jax.train.trainer import TrainConfig, Trainer
-    from experiments.smollm2_campaign.campaign import DEFAULT_SOURCE_WEIGHTS
+    from dominotree_jax.train.run import load_target
+    from dominotree_jax.train.trainer import TrainConfig
+    from experiments.smollm2_campaign.continuation import continuation_trainer
 
     target = load_target()
     v5_cfg, v5_params = load_drafter(smollm2_drafter_path(), dtype="float32",
@@ -57,17 +56,7 @@ def build(args):
     tc = TrainConfig(steps=args.steps, batch=args.batch, anchors=args.anchors, lr=args.lr,
                      warmup=30, gamma=4.0, curriculum=False, backbone_lr=0.0,
                      precision="bfloat16", ckpt_every_s=300.0, weight_decay=0.0)
-    settings = RunSettings(train=tc, trim_loops=16, feature_precision="bfloat16",
-                           taps=v5_cfg.target_layer_ids)
-    ds = settings.dataset(target, OnTheFlyFeatures(target.config, target.params,
-                                                   dcfg.target_layer_ids, precision="bfloat16"))
-    train_ids, _ = ds.split(settings.heldout_pct)
-    weights = dict(DEFAULT_SOURCE_WEIGHTS)
-    seq_w = np.asarray([weights.get(ds.sources[int(j)], 1.0) for j in train_ids])
-    tr = Trainer(dcfg, target.config, target.params, ds, train_ids, tc,
-                 os.path.join(args.out, "ckpt"), log_dir=args.out, progress=False,
-                 vocab_ids=np.asarray(v5_params["d2t"][...]), init_flat=flat,
-                 seq_weights=seq_w)
+    tr = continuation_trainer(target, dcfg, flat, tc, args.out, v5_params["d2t"][...])
     return target, tr, (v5_cfg, v5_params)
 
 
