@@ -22,7 +22,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dominotree_jax.fence import fenced
+from dominotree_jax.fence import fenced_top_k
 from dominotree_jax.linalg import matmul_t
 from pallas_kernels.topm_expand import expand_pallas, resolve_use_pallas
 
@@ -132,7 +132,7 @@ def expand_split_jnp(a_E, s_G, w1s_EG, base_M, w2_ME, k: int):
     """
     h_E = jax.nn.silu(a_E + matmul_t(s_G, w1s_EG, _HIGHEST))
     c_M = base_M + matmul_t(h_E, w2_ME, _HIGHEST)
-    lp_k, idx_k = fenced(*jax.lax.top_k(jax.nn.log_softmax(c_M), k))
+    lp_k, idx_k = fenced_top_k(jax.nn.log_softmax(c_M), k)
     return idx_k.astype(jnp.int32), lp_k
 
 

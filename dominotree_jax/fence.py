@@ -21,3 +21,8 @@ import jax
 def fenced(*arrays: jax.Array) -> tuple[jax.Array, ...]:
     """``arrays``, each behind its own ``lax.optimization_barrier`` (module docstring)."""
     return tuple(jax.lax.optimization_barrier(x) for x in arrays)
+
+
+def fenced_top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """``lax.top_k(x, k)``'s ``(values, indices)``, fenced."""
+    return fenced(*jax.lax.top_k(x, k))

@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dominotree_jax.fence import fenced
+from dominotree_jax.fence import fenced_top_k
 
 
 class FirstOrder(NamedTuple):
@@ -31,14 +31,14 @@ def first_order_parts(head: FirstOrder, *, k: int, vocab_top_k=None):
     row) -> row, root row)``: a node's children are the top ``k`` of ``log_softmax`` of its
     depth's scores after its own token (the root's: ``t0``, row ``root_r``). ``vocab_top_k``:
     the builder's top-k over a whole vocabulary (used when ``candidates_JM`` is None)."""
-    full_top_k = vocab_top_k or (lambda x, n: fenced(*jax.lax.top_k(x, n)))
+    full_top_k = vocab_top_k or fenced_top_k
 
     def expand(depth, row_r):
         lp = jax.nn.log_softmax(head.scores(depth, row_r))
         if head.candidates_JM is None:
             lp_k, idx_k = full_top_k(lp, k)
             return idx_k.astype(jnp.int32), lp_k
-        lp_k, idx_k = fenced(*jax.lax.top_k(lp, k))
+        lp_k, idx_k = fenced_top_k(lp, k)
         return head.candidates_JM[depth][idx_k].astype(jnp.int32), lp_k
 
     def advance(token, row_r):   # first order: the state is the token's row alone

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from dominotree_jax.domino_head import gather_rows, greedy
-from dominotree_jax.fence import fenced
+from dominotree_jax.fence import fenced_top_k
 from dominotree_jax.first_order import FirstOrder
 from dominotree_jax.linalg import matmul_t
 
@@ -99,7 +99,7 @@ def markov_first_order(w: MarkovHeadWeights, base_JV, root_token, *, top_m: int,
         w2_Vr = w.w2.astype(f32)
         return FirstOrder(lambda d, e_r: base_JV[d] + matmul_t(e_r, w2_Vr, _HIGHEST), row_of,
                           None, root_r)
-    top_k = vocab_top_k or (lambda x, n: fenced(*jax.lax.top_k(x, n)))
+    top_k = vocab_top_k or fenced_top_k
     baseC_JM, C_JM = top_k(base_JV, top_m)                 # candidates, once per round
     w2C_JMr = gather_rows(w.w2, C_JM).astype(f32)
     return FirstOrder(lambda d, e_r: baseC_JM[d] + matmul_t(e_r, w2C_JMr[d], _HIGHEST), row_of,

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from dominotree_jax.domino_head import gather_rows
-from dominotree_jax.fence import fenced
+from dominotree_jax.fence import fenced_top_k
 from dominotree_jax.first_order import FirstOrder
 from dominotree_jax.linalg import matmul_t
 
@@ -70,7 +70,7 @@ class SelectorWeights(NamedTuple):
 def selector_candidates(w: SelectorWeights, z_sJH, base_sJV, top_k: int, vocab_top_k=None):
     """``(U [.., J, k], C [.., J, k], S [.., J, k, r])``: each depth's candidates, their base
     logits and the rows ``Q[C] ⊙ (W_h z)`` a predecessor's ``P`` row is dotted with."""
-    top = vocab_top_k or (lambda x, n: fenced(*jax.lax.top_k(x, n)))
+    top = vocab_top_k or fenced_top_k
     U, C = top(base_sJV.astype(jnp.float32), top_k)
     gate_sJr = matmul_t(z_sJH.astype(jnp.float32), w.proj.astype(jnp.float32), _HIGHEST)
     S = gather_rows(w.succ, C).astype(jnp.float32) * gate_sJr[..., None, :]

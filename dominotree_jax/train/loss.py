@@ -259,8 +259,9 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
     w = depth_weights(J, gamma)[None, :] * (tgt >= 0).astype(jnp.float32)
     ce_b, ce_c = _ce(base, tgt), _ce(corr, tgt)   # (zero weight where tgt < 0)
     hb, hc = ce_b, ce_c
-    if soft:
+    if soft or tv:   # the target's distribution, once for both terms
         p_t = jax.nn.softmax(target_soft_logits(tcfg, tparams, batch, vocab_ids), axis=-1)
+    if soft:
         hb = (1.0 - soft) * ce_b + soft * _soft_ce(base, p_t)
         hc = (1.0 - soft) * ce_c + soft * _soft_ce(corr, p_t)
     if soft_topk:
@@ -271,7 +272,6 @@ def loss_and_metrics(dcfg: DrafterConfig, tcfg: TargetConfig, dparams, tparams, 
         hb = (1.0 - mix) * ce_b + soft_topk * _topk_kl(base, cols, p_k, has)
         hc = (1.0 - mix) * ce_c + soft_topk * _topk_kl(corr, cols, p_k, has)
     if tv:
-        p_t = jax.nn.softmax(target_soft_logits(tcfg, tparams, batch, vocab_ids), axis=-1)
         hb = (1.0 - tv) * hb + tv * _l1(base, p_t)
         hc = (1.0 - tv) * hc + tv * _l1(corr, p_t)
     extra = {}
