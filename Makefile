@@ -44,6 +44,8 @@ LONG_TESTS := tests/test_precision.py tests/test_auto_budget.py tests/test_train
 SHORT_TESTS := $(filter-out $(LONG_TESTS),$(sort $(wildcard tests/test_*.py)))
 short_group = $(foreach i,$(shell seq $(1) 4 $(words $(SHORT_TESTS))),$(word $(i),$(SHORT_TESTS)))
 TEST_JOBS ?= 2
+# slowest tests listed per pytest process (0: every test)
+DURATIONS ?= 5
 
 test: $(STAMP)
 	$(VPY) -m ruff check .
@@ -52,18 +54,18 @@ test: $(STAMP)
 
 pytest-short/%: $(STAMP)
 	@echo "== short files, group $*: $(call short_group,$*)"; \
-		$(VPY) -m pytest $(call short_group,$*) -rs --durations=5
+		$(VPY) -m pytest $(call short_group,$*) -rs --durations=$(DURATIONS)
 
 # -rs: every skip prints its reason
 pytest/%: $(STAMP)
-	@echo "== $*"; $(VPY) -m pytest $* -rs --durations=3
+	@echo "== $*"; $(VPY) -m pytest $* -rs --durations=$(DURATIONS)
 
 test-fast: $(STAMP)
 	$(VPY) -m pytest tests -rs -m "not slow"
 
 # The experiments' own tests (experiments/*/tests: the lab, not the library; not in `make test`)
 test-lab: $(STAMP)
-	$(VPY) -m pytest $(wildcard experiments/*/tests) -rs --durations=5
+	$(VPY) -m pytest $(wildcard experiments/*/tests) -rs --durations=$(DURATIONS)
 
 bench: $(STAMP)
 	$(VPY) -m benchmarks methods bench $(ARGS)

@@ -4,6 +4,7 @@ and a lookup "oracle" drafter that gets some drafts accepted."""
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +24,11 @@ SAMPLING_XLA = dict(FAST_XLA, xla_disable_hlo_passes="constant_folding")
 
 
 def jit_decode(compiler_options=FAST_XLA):
-    """``decode`` jitted with ``config`` static, compiled with ``compiler_options``."""
-    return jax.jit(decode, static_argnames="config", compiler_options=compiler_options)
+    """``decode`` jitted with ``config`` static, compiled with ``compiler_options``, without
+    the in-program value checks (test_api_jit tests those): a program with their host callback
+    is never written to the persistent compilation cache the test processes share."""
+    return jax.jit(functools.partial(decode, value_checks=False), static_argnames="config",
+                   compiler_options=compiler_options)
 
 
 def fresh_jit_decode(compiler_options=FAST_XLA):
@@ -33,9 +37,23 @@ def fresh_jit_decode(compiler_options=FAST_XLA):
     patches the drafter are never shared with other test modules."""
 
     def run(params, prompt_BT, lengths_B, key=None, *, config):
-        return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B)
+        return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
+                      value_checks=False)
 
     return jax.jit(run, static_argnames="config", compiler_options=compiler_options)
+
+
+@contextlib.contextmanager
+def count_host_callbacks(monkeypatch):
+    """Counts ``jax.pure_callback``s traced while the block runs."""
+    made, real = [], jax.pure_callback
+
+    def counting(*a, **kw):
+        made.append(a[0])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(jax, "pure_callback", counting)
+    yield made
 
 
 def oracle_table(prompt_BT, lengths_B, gen_BY, vocab, depth):

@@ -11,8 +11,9 @@ import jax
 import numpy as np
 import pytest
 
-from decode_helpers import FAST_XLA
+from decode_helpers import FAST_XLA, count_host_callbacks
 from dominotree_jax import DecodeConfig, decode
+from dominotree_jax.decoding.decode import check_inputs
 from dominotree_jax.sampling import Sampling
 from spec_fixtures import tiny_pair
 
@@ -82,6 +83,39 @@ def test_jitted_decode_refuses_bad_values_with_the_eager_error(pair, what, args,
         out = _jitted()(params, **arrays, config=cfg)
         jax.block_until_ready(out)
     assert str(eager.value) in str(jitted.value)
+
+
+@pytest.mark.parametrize("what,args,text", BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_check_inputs_refuses_what_decode_refuses(pair, what, args, text):
+    """``check_inputs``: the host check to run before ``decode(..., value_checks=False)``."""
+    tcfg, _, _ = pair
+    arrays = {k: np.asarray(v, np.int32) for k, v in args.items()}
+    with pytest.raises(ValueError) as refused:
+        check_inputs(arrays["prompt"], config=_config(tcfg),
+                     prompt_lengths=arrays.get("lengths"), row_stop_ids=arrays.get("stops"),
+                     prompt_rows=arrays.get("rows"))
+    assert str(refused.value) == text
+
+
+def test_value_checks_false_leaves_the_host_callback_out(pair, monkeypatch):
+    """The in-program value check is a host callback (jax never writes a program that has one
+    to its persistent compilation cache); ``value_checks=False`` traces none, and decodes the
+    same tokens."""
+    tcfg, _, params = pair
+    cfg = _config(tcfg)
+    prompt = np.array([[3, 4, 5, 1]], np.int32)
+
+    def run(params, prompt, *, config, value_checks):
+        return decode(params, prompt, config=config, value_checks=value_checks)
+
+    jitted = jax.jit(run, static_argnames=("config", "value_checks"), compiler_options=FAST_XLA)
+    with count_host_callbacks(monkeypatch) as made:
+        checked = jitted(params, prompt, config=cfg, value_checks=True)
+    assert len(made) == 1
+    with count_host_callbacks(monkeypatch) as made:
+        unchecked = jitted(params, prompt, config=cfg, value_checks=False)
+    assert made == []
+    np.testing.assert_array_equal(np.asarray(checked.tokens), np.asarray(unchecked.tokens))
 
 
 def test_jitted_decode_runs_good_values_as_the_direct_call(pair):

@@ -8,13 +8,15 @@ compiles one decode program, so the tests reuse a few configs."""
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from decode_helpers import FAST_XLA
+from decode_helpers import FAST_XLA, count_host_callbacks
 from dominotree_jax.model.target import bind_target
 from dominotree_jax.rollout import (HAVE_TUNIX, BaseRollout, DominoTreeRollout, RolloutConfig,
                                     RolloutOutput, TunixCausalLM, completion_logprobs)
@@ -186,6 +188,20 @@ def test_bad_inputs_are_named(pair, eng):
         eng.generate(PROMPTS, rcfg(temperature=-1.0))
     with pytest.raises(ValueError, match="empty prompt"):
         eng.generate([[]], rcfg())
+
+
+def test_values_are_refused_on_the_host_and_the_program_has_no_host_callback(pair,
+                                                                            monkeypatch):
+    """The engine checks each call's values on the host (an out-of-vocabulary prompt id is
+    refused by name before anything compiles), so its programs carry no host callback and
+    jax's persistent compilation cache keeps them from run to run."""
+    eng = make_engine(pair, method="ar")
+    with pytest.raises(ValueError, match=re.escape("outside the vocabulary [0, 64): [70]")):
+        eng.generate(["3 70 5"], rcfg())
+    assert eng.programs.traces == []
+    with count_host_callbacks(monkeypatch) as made:
+        eng.generate(PROMPTS, rcfg())
+    assert len(eng.programs.traces) == 1 and made == []
 
 
 def test_checkpoint_state_resumes_the_same_rollouts(pair, tmp_path):

@@ -91,13 +91,16 @@ def draft_head(params, config: DecodeConfig):
 
 def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=None,
            auto_state=None, row_stop_ids=None, prompt_rows=None, draft_head=None,
-           sampling=None, lookup_history=None) -> DecodeOutput:
+           sampling=None, lookup_history=None, value_checks: bool = True) -> DecodeOutput:
     """Generate up to ``config.max_new_tokens`` tokens after ``prompt`` (``[T]`` or ``[B, T]``).
 
     ``params``: ``{"target": state, "drafter": state or None}``. Call it directly: the inputs
     are checked (``decoding/checks.py``), then a program compiled once per ``config.program``
     runs (every temperature, top-k and top-p share it: they are runtime values). Inside your
-    own ``jax.jit`` it runs inline, its value checks in the program. ``auto_state``
+    own ``jax.jit`` it runs inline, its value checks in the program: a host callback, which
+    keeps jax from writing your program to its persistent compilation cache;
+    ``value_checks=False`` leaves it out once you have checked the concrete values with
+    ``check_inputs`` (shapes and settings are checked either way). ``auto_state``
     (``budget="auto"`` only): a previous call's ``DecodeOutput.auto_state`` (or
     ``auto_size.initial_state``), to carry the draft-size policy's measurements (delivered
     rate, drafter calibration, probe gap) from call to call. ``row_stop_ids``: each row's own
@@ -125,12 +128,24 @@ def decode(params, prompt, *, config: DecodeConfig, key=None, prompt_lengths=Non
     key = jax.random.key(0) if key is None else key
     if checks.is_traced((params, inputs, key, auto_state, draft_head)):
         # inside the caller's trace: inline (a trace of its own, never a cached one)
-        inputs = checks.refuse_in_program(inputs, config)
+        if value_checks:
+            inputs = checks.refuse_in_program(inputs, config)
         return _decode_program(params, inputs, key, auto_state, draft_head,
                                config=config.program)
     checks.refuse_on_host(inputs, config)
     return _compiled_program(params, inputs, key, auto_state, draft_head,
                              config=config.program)
+
+
+def check_inputs(prompt, *, config: DecodeConfig, key=None, prompt_lengths=None,
+                 row_stop_ids=None, prompt_rows=None, sampling=None,
+                 lookup_history=None) -> None:
+    """Refuse, by name, what ``decode`` would refuse of these concrete arguments (shapes,
+    settings and values): call it on the host before a ``decode(..., value_checks=False)``
+    inside your own ``jax.jit``."""
+    checks.refuse_on_host(checks.checked_inputs(
+        prompt, config=config, key=key, prompt_lengths=prompt_lengths, prompt_rows=prompt_rows,
+        row_stop_ids=row_stop_ids, sampling=sampling, lookup_history=lookup_history), config)
 
 
 def _decode_program(params, inputs: checks.DecodeInputs, key, auto_state, head_CH, *,

@@ -23,7 +23,7 @@ from flax import nnx
 
 from dominotree_jax.config import TargetConfig
 from dominotree_jax.decoding.config import DecodeConfig
-from dominotree_jax.decoding.decode import DecodeOutput, decode, draft_head
+from dominotree_jax.decoding.decode import DecodeOutput, check_inputs, decode, draft_head
 from dominotree_jax.rollout.engine_batches import PromptBatch, shared_prefill_rows
 from dominotree_jax.rollout.engine_params import without_explicit_axes
 from dominotree_jax.rollout.masked_forward import completion_logprobs, real_tokens
@@ -65,14 +65,14 @@ class RolloutPrograms:
         self.logp_traces: list[tuple] = []
 
         def run(params, head_CH, prompt_BT, lengths_B, prompt_rows, key, auto_state,
-                row_stops_Be, sampling, history_BhW, *, config):
+                row_stops_Be, sampling, history_BhW, *, config, value_checks):
             self.traces.append(config)   # Python side effect: once per compilation
             if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):   # key data (uint32)
                 key = jax.random.wrap_key_data(key)
             return decode(params, prompt_BT, config=config, key=key, prompt_lengths=lengths_B,
                           auto_state=auto_state, row_stop_ids=row_stops_Be,
                           prompt_rows=prompt_rows, draft_head=head_CH, sampling=sampling,
-                          lookup_history=history_BhW)
+                          lookup_history=history_BhW, value_checks=value_checks)
 
         def logps(target_params, prompt_BT, completion_BY, temperature, pad_id):
             self.logp_traces.append(prompt_BT.shape + completion_BY.shape)
@@ -83,7 +83,8 @@ class RolloutPrograms:
                 target_params, tcfg, prompt_BT, completion_BY, real_BW[:, :T],
                 real_BW[:, T:], temperature))
 
-        self._decode = jax.jit(run, static_argnames="config", compiler_options=compiler_options)
+        self._decode = jax.jit(run, static_argnames=("config", "value_checks"),
+                               compiler_options=compiler_options)
         self._draft_head = jax.jit(draft_head, static_argnames="config",
                                    compiler_options=compiler_options)
         self._heads: dict[DecodeConfig, tuple] = {}
@@ -121,13 +122,20 @@ class RolloutPrograms:
         prompt_BT, lengths_B = place.put(batch.prompt_BT), place.put(batch.lengths_B)
         shared = shared_prefill_rows(batch.prompt_BT, batch.lengths_B) \
             if share_prefill and not place.multi_process else None
+        host = (batch.prompt_BT, batch.lengths_B, None) if shared is None else shared
+        # the values checked here, on the host, so that the program has no host callback and
+        # jax's persistent compilation cache keeps it across runs; on a multi-process mesh
+        # (each process checks only its rows) the program checks the whole batch too
+        check_inputs(host[0], config=config, key=key, prompt_lengths=host[1],
+                     prompt_rows=host[2], row_stop_ids=row_stops_Be, lookup_history=history_BhW)
         args = (prompt_BT, lengths_B, None) if shared is None else \
             tuple(place.put(x) for x in shared)
         compiled = len(self.traces)
         out: DecodeOutput = self._decode(
             params, self.head_for(params, config.program), *args, key, auto_state,
             None if row_stops_Be is None else place.put(row_stops_Be), config.sampling,
-            None if history_BhW is None else place.put(history_BhW), config=config.program)
+            None if history_BhW is None else place.put(history_BhW), config=config.program,
+            value_checks=place.multi_process)
         if len(self.traces) > compiled:   # compiled for this call: record the config asked
             self.traces[-1] = config
         jax.block_until_ready(out.tokens)

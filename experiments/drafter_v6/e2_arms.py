@@ -8,11 +8,12 @@ Arms (``ARMS``): ``control`` (v5's recipe at its end: γ 7, λ 0.2, hard labels)
 as identities by ``train.grow.grow_layers``).
 
     python -m experiments.drafter_v6.e2_arms train --arm control --steps 400 --minutes 60
-    python -m experiments.drafter_v6.e2_arms evaluate --n 40
+    python -m experiments.drafter_v6.e2_arms evaluate --n 40 --arms control
 
 ``train`` resumes from ``runs/v6-e2/<arm>/ckpt`` (within a host); its curve is copied to
-``e2_logs/<arm>.csv`` here. ``evaluate`` measures teacher-forced chain τ of v5 and of every
-trained arm on the benchmark sets' prompts (never training data) and writes ``e2_results.json``.
+``e2_logs/<arm>.csv`` here. ``evaluate`` measures teacher-forced chain τ of v5 and of the
+arms trained on this host on the benchmark sets' prompts (never training data) and adds them to
+``e2_results.json``: an arm is trained and measured in one session, the others in later ones.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def parse_args(argv=None):
                    "final rate: 6e-4 x its min_lr_frac 0.1)")
     p.add_argument("--minutes", type=float, default=None, help="(train) stop after this")
     p.add_argument("--n", type=int, default=40, help="(evaluate) prompts per benchmark set")
+    p.add_argument("--arms", nargs="+", choices=tuple(ARMS), default=None,
+                   help="(evaluate) the arms to measure (default: every arm trained on this "
+                   "host); their rows join those of e2_results.json measured with the same n")
     return p.parse_args(argv)
 
 
@@ -85,34 +89,45 @@ def train(args):
 
 
 def evaluate(args):
+    """Chain τ of v5 and of ``args.arms`` (trained here), joined with the rows already in
+    ``e2_results.json`` for the same ``n`` (arms trained in other sessions, on other hosts:
+    the prompts and the target's greedy answers are the same)."""
     from convert.drafter import load_drafter
     from dominotree_jax.assets import smollm2_drafter_path
     from dominotree_jax.measure.timing import bf16_units, cpu_model
     from dominotree_jax.train.eval.acceptance import BenchmarkEval
     from dominotree_jax.train.run import load_target
+    path = os.path.join(HERE, "e2_results.json")
+    old = json.load(open(path)) if os.path.exists(path) else {}
+    if old.get("n") != args.n:
+        old = {}
+    rows, steps, when = (dict(old.get(k, {})) for k in
+                         ("teacher_forced_chain_tau", "steps", "measured"))
+    arms = args.arms or [a for a in ARMS if os.path.isdir(os.path.join(RUNS, a, "ckpt"))]
     target = load_target()
     v5 = load_drafter(smollm2_drafter_path(), dtype="float32", target_cfg=target.config)
     ev = BenchmarkEval(target, v5[0].target_layer_ids, n=args.n, anchors=24,
                        precision="bfloat16")
-    rows, steps = {"v5 (start)": ev(*v5)}, {}
-    print("v5", json.dumps(rows["v5 (start)"]), flush=True)
-    for arm in ARMS:
-        if not os.path.isdir(os.path.join(RUNS, arm, "ckpt")):
-            continue
+    machine = f"{cpu_model()} ({bf16_units()}), 2 cores"
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    if "v5 (start)" not in rows:
+        rows["v5 (start)"], when["v5 (start)"] = ev(*v5), f"{stamp}, {machine}"
+        print("v5", json.dumps(rows["v5 (start)"]), flush=True)
+    for arm in arms:
         _, tr = build(arm, args.steps, args.lr)
-        rows[arm], steps[arm] = ev(tr.dcfg, tr.params), int(tr.step)
+        rows[arm], steps[arm], when[arm] = ev(tr.dcfg, tr.params), int(tr.step), \
+            f"{stamp}, {machine}"
         tr.close()
         print(arm, steps[arm], json.dumps(rows[arm]), flush=True)
-    out = {"command": f"python -m experiments.drafter_v6.e2_arms evaluate --n {args.n}",
-           "machine": f"{cpu_model()} ({bf16_units()}), 2 cores",
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    out = {"command": "python -m experiments.drafter_v6.e2_arms evaluate --n N [--arms ...]",
+           "n": args.n, "measured": when,
            "arms": {a: {**ARMS[a], "layers": LAYERS.get(a, 2)} for a in steps},
            "steps": steps, "lr": args.lr,
            "note": "teacher-forced chain tau (corrected head) on the target's greedy answers "
                    "to n prompts per set, 24 anchors a sequence (BenchmarkEval); every arm "
                    "continues v5 with fresh moments for the same steps and labels",
            "teacher_forced_chain_tau": rows}
-    with open(os.path.join(HERE, "e2_results.json"), "w") as f:
+    with open(path, "w") as f:
         json.dump(out, f, indent=1)
 
 
