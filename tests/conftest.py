@@ -11,14 +11,6 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
-# The suite compiles many programs of tiny models that run in milliseconds. XLA's CPU fusion
-# emitters (its default) take about twice as long to compile a decode program as its loop
-# emitters (ar 1.6 -> 0.8 s, dominotree 3.1 -> 1.6 s; Intel Xeon, 2026-12-07): the tests (and
-# the subprocesses and notebook kernel they start, which inherit this) use the loop emitters
-# unless XLA_FLAGS already chooses. The library leaves XLA's defaults alone.
-if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = " ".join(
-        [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_use_fusion_emitters=false"]).strip()
 
 import pytest  # noqa: E402
 
